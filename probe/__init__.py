@@ -1,0 +1,1 @@
+"""synthetic-sla-probe: signed canaries judged end to end."""

@@ -1,0 +1,64 @@
+"""The probe's error tree.
+
+Client-library exceptions are mapped onto these at the transport boundary, so the
+rest of the probe handles a small, documented set::
+
+    ProbeError
+    ├── ConfigError          a bad setting; the CLI exits 2 with one line naming the field
+    ├── CanaryRejected       bytes that are not a valid canary, with the reason
+    └── TransportError       the broker could not be reached or refused an operation
+        └── ProduceFailed    one canary was not acknowledged, with the reason
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ProbeError(Exception):
+    """Base of every error the probe raises on purpose."""
+
+
+class ConfigError(ProbeError):
+    """A setting is invalid. ``field`` is its path, e.g. ``kafka.interval``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class RejectReason(StrEnum):
+    """Why a record is not a valid canary. These are the ``reason`` label values."""
+
+    MALFORMED = "malformed"
+    BAD_SIGNATURE = "bad_signature"
+    UNKNOWN_KEY = "unknown_key"
+    OVERSIZED = "oversized"
+    UNSUPPORTED_VERSION = "unsupported_version"
+
+
+class CanaryRejected(ProbeError):
+    """Bytes that do not decode and verify as a canary.
+
+    ``claimed_probe_id`` is the probe id the record claims, when it could be parsed
+    at all; it is *not* authenticated. It lets a stage tell a canary signed with
+    another probe's key (foreign) from tampering with one of its own.
+    """
+
+    def __init__(self, reason: RejectReason, claimed_probe_id: str | None = None) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+        self.claimed_probe_id = claimed_probe_id
+
+
+class TransportError(ProbeError):
+    """The broker could not be reached, or refused an operation."""
+
+
+class ProduceFailed(TransportError):
+    """One canary was not acknowledged. ``reason`` is a short, low-cardinality label."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
