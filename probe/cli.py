@@ -1,0 +1,218 @@
+"""The `sla-probe` command line.
+
+    sla-probe once                          # embedded broker, 3 rounds, report, exit 0/1
+    sla-probe once --bootstrap-servers kafka:9092 --json
+    sla-probe run --config probe.yaml --signing-key-file /keys/ring.json
+    sla-probe keygen --output ring.json
+
+Every flag can also be set as ``SLA_PROBE_<FLAG>`` (``--bootstrap-servers`` is
+``SLA_PROBE_BOOTSTRAP_SERVERS``); flags win over the environment, which wins over
+the ``--config`` YAML file. Exit codes: 0 all canaries delivered, 1 SLO failed,
+2 usage or configuration error (one line on stderr naming the field).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from probe import config as config_module
+from probe import logs, tracing
+from probe.config import ProbeConfig
+from probe.errors import ConfigError
+from probe.keys import KeyRing, generate_key_ring
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_USAGE = 2
+
+
+def _env(flag: str) -> str:
+    return "SLA_PROBE_" + flag.upper().replace("-", "_")
+
+
+class ConfigOption(click.Option):
+    """A flag that overrides one config field (``config_path``, e.g. ``kafka.topic``)."""
+
+    def __init__(self, *args: Any, config_path: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config_path = config_path
+
+
+def _option(flag: str, path: str | None, help_text: str, **kwargs: Any) -> Callable[[F], F]:
+    """A flag that overrides config field ``path``, also read from SLA_PROBE_<FLAG>.
+
+    ``path`` None means the flag is not a config field (``--json``).
+    """
+    return click.option(
+        f"--{flag}",
+        flag.replace("-", "_"),
+        cls=ConfigOption,
+        config_path=path,
+        envvar=_env(flag),
+        show_envvar=True,
+        default=None,
+        help=help_text,
+        **kwargs,
+    )
+
+
+def _common(interval_path: str) -> Callable[[F], F]:
+    def decorate(command: F) -> F:
+        options = [
+            click.option(
+                "--config",
+                "config_file",
+                envvar=_env("config"),
+                show_envvar=True,
+                type=click.Path(path_type=Path),
+                help="YAML configuration file.",
+            ),
+            _option("bootstrap-servers", "kafka.bootstrap_servers", "Kafka bootstrap servers."),
+            _option("topic", "kafka.topic", "Canary topic (default synthetic-sla)."),
+            _option("interval", interval_path, "Time between rounds, e.g. 20s."),
+            _option("probe-id", "probe_id", "This probe instance's id (default: host name)."),
+            _option("target", "target", "Name of the probed pipeline (the `target` label)."),
+            _option("signing-key-file", "signing_key_file", "Key ring file (sla-probe keygen)."),
+            _option("fetch-max-wait", "kafka.fetch_max_wait", "Consumer fetch max wait."),
+            _option("send-timeout", "kafka.send_timeout", "Produce acknowledgement timeout."),
+            _option(
+                "create-topic",
+                "kafka.create_topic",
+                "Create the topic if missing.",
+                is_flag=True,
+                flag_value=True,
+            ),
+            _option(
+                "idempotence",
+                "kafka.idempotence",
+                "Idempotent producer.",
+                is_flag=True,
+                flag_value=True,
+            ),
+            _option("log-level", "log_level", "debug, info, warning or error."),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _load(config_file: Path | None, flags: dict[str, Any]) -> ProbeConfig:
+    paths = {
+        param.name: param.config_path
+        for param in click.get_current_context().command.params
+        if isinstance(param, ConfigOption) and param.config_path is not None
+    }
+    overrides = {paths[name]: value for name, value in flags.items() if value is not None}
+    return config_module.load(config_file, overrides)
+
+
+def _keyring(config: ProbeConfig, *, ephemeral_ok: bool) -> KeyRing:
+    if config.signing_key_file is None:
+        if ephemeral_ok:
+            return generate_key_ring("ephemeral")
+        raise ConfigError(
+            "signing_key_file",
+            "required (create one with `sla-probe keygen`), or pass --allow-ephemeral-key",
+        )
+    try:
+        text = config.signing_key_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            "signing_key_file", f"cannot read {config.signing_key_file}: {exc.strerror}"
+        ) from exc
+    return KeyRing.from_json(text)
+
+
+def _fail_config(error: ConfigError) -> None:
+    click.echo(f"sla-probe: config error: {error}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def main() -> None:
+    """Synthetic end-to-end SLO probe: signed canaries through Kafka, judged on arrival."""
+
+
+@main.command()
+@_common("once.interval")
+@_option("rounds", "once.rounds", "Rounds to produce (default 3).", type=int)
+@_option("json", None, "Print the report as JSON.", is_flag=True, flag_value=True)
+def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
+    """Run a few rounds, wait for every canary's fate, report, exit 0 (ok) or 1.
+
+    Without --bootstrap-servers an embedded broker is started on a free loopback
+    port and stopped afterwards.
+    """
+    from probe.once import run_once  # noqa: PLC0415 - keep `--help` fast
+
+    try:
+        config = _load(config_file, flags)
+        keyring = _keyring(config, ephemeral_ok=True)
+    except ConfigError as error:
+        _fail_config(error)
+        return
+    logs.configure(config.log_level if config.log_level != "info" else "warning")
+    tracing.install_tracer_provider()
+    sys.exit(run_once(config, keyring, as_json=bool(json)))
+
+
+@main.command()
+@_common("interval")
+@_option("metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", type=int)
+@_option(
+    "allow-ephemeral-key",
+    "allow_ephemeral_key",
+    "Run with a random key when no key file is given (canaries then verify only here).",
+    is_flag=True,
+    flag_value=True,
+)
+def run(config_file: Path | None, **flags: Any) -> None:
+    """Probe continuously and serve metrics until SIGTERM or SIGINT."""
+    from probe.service import serve  # noqa: PLC0415 - keep `--help` fast
+
+    try:
+        config = _load(config_file, flags)
+        keyring = _keyring(config, ephemeral_ok=config.allow_ephemeral_key)
+        if not config.kafka.bootstrap_servers:
+            raise ConfigError("kafka.bootstrap_servers", "required for run (--bootstrap-servers)")
+    except ConfigError as error:
+        _fail_config(error)
+        return
+    logs.configure(config.log_level)
+    tracing.install_tracer_provider()
+    asyncio.run(serve(config, keyring))
+
+
+@main.command()
+@click.option("--kid", default=None, help="Key id (default: random).")
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the key file here (mode 0600) instead of printing it.",
+)
+def keygen(kid: str | None, output: Path | None) -> None:
+    """Create a signing key ring: {"active": kid, "keys": {kid: base64 secret}}."""
+    try:
+        text = generate_key_ring(kid).to_json() + "\n"
+    except ConfigError as error:
+        _fail_config(error)
+        return
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    # Create with 0600 from the first byte: the secret is never readable by others.
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(text)
+    click.echo(f"wrote {output}", err=True)

@@ -1,0 +1,220 @@
+"""Every metric the probe exports, defined in one place.
+
+The registry is passed in (tests use a fresh one each). Every series an SLO rule
+reads exists at zero from the moment a (target, stage) is declared, so a rate over
+a window that saw no canary yet is 0, not "no data". Latency buckets are derived
+from the SLO thresholds so the latency SLI is read off a bucket boundary exactly.
+
+Staleness is not stored: it is computed from the judges at scrape time, so it keeps
+rising while a partition is silent even though no event updates it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from probe.errors import RejectReason
+from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome
+
+_BASE_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+def latency_buckets(*thresholds: float) -> tuple[float, ...]:
+    """The base buckets plus every SLO threshold, so `le="<threshold>"` exists."""
+    return tuple(sorted(set(_BASE_BUCKETS) | {round(t, 6) for t in thresholds}))
+
+
+@dataclass(frozen=True, slots=True)
+class StageSource:
+    """A stage whose judge's staleness is exported."""
+
+    target: str
+    stage: str
+    judge: Judge
+
+
+class StalenessCollector(Collector):
+    """`synthetic_sla_partition_staleness_seconds`, computed at scrape time."""
+
+    def __init__(self, clock_ns: Callable[[], int] = time.time_ns) -> None:
+        self._sources: list[StageSource] = []
+        self._clock_ns = clock_ns
+
+    def add(self, source: StageSource) -> None:
+        self._sources.append(source)
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "synthetic_sla_partition_staleness_seconds",
+            "Age of the freshest canary a stage has seen on a partition (now minus its "
+            "produce time); rises while the partition is silent or the stage lags.",
+            labels=["target", "stage", "partition"],
+        )
+        now_ns = self._clock_ns()
+        for source in self._sources:
+            for key, staleness_ns in sorted(
+                source.judge.staleness_ns(now_ns).items(), key=lambda kv: kv[0].partition
+            ):
+                family.add_metric(
+                    [source.target, source.stage, str(key.partition)], staleness_ns / 1e9
+                )
+        yield family
+
+
+class ProbeMetrics:
+    """The probe's metrics on one registry, and the adapter from findings to counters."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        latency_thresholds: Iterable[float] = (0.5,),
+        version: str = "0",
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        buckets = latency_buckets(*latency_thresholds)
+        self.canaries = Counter(
+            "synthetic_sla_canaries",
+            "Canaries by final outcome per stage: delivered, late, lost, produce_failed.",
+            ["target", "stage", "outcome"],
+            registry=registry,
+        )
+        self.e2e_latency = Histogram(
+            "synthetic_sla_e2e_latency_seconds",
+            "Produce-to-arrival latency of canaries that arrived (delivered or late).",
+            ["target", "stage"],
+            buckets=buckets,
+            registry=registry,
+        )
+        self.produce_latency = Histogram(
+            "synthetic_sla_produce_latency_seconds",
+            "Time from send to the broker's acknowledgement (acks=all).",
+            ["target"],
+            buckets=buckets,
+            registry=registry,
+        )
+        self.produce_errors = Counter(
+            "synthetic_sla_produce_errors",
+            "Canaries the broker did not acknowledge, by reason.",
+            ["target", "reason"],
+            registry=registry,
+        )
+        self.duplicates = Counter(
+            "synthetic_sla_duplicates",
+            "Canaries that arrived more than once.",
+            ["target", "stage"],
+            registry=registry,
+        )
+        self.out_of_order = Counter(
+            "synthetic_sla_out_of_order",
+            "Canaries that arrived after a later canary of the same partition.",
+            ["target", "stage"],
+            registry=registry,
+        )
+        self.resurrected = Counter(
+            "synthetic_sla_resurrected",
+            "Canaries that arrived after being declared lost (they stay lost).",
+            ["target", "stage"],
+            registry=registry,
+        )
+        self.foreign = Counter(
+            "synthetic_sla_foreign",
+            "Records of other probe instances on the same topic (ignored, not invalid).",
+            ["target", "stage"],
+            registry=registry,
+        )
+        self.invalid = Counter(
+            "synthetic_sla_invalid",
+            "Records on the canary topic that are not valid canaries, by reason.",
+            ["target", "stage", "reason"],
+            registry=registry,
+        )
+        self.rounds = Counter(
+            "synthetic_sla_rounds",
+            "Produce rounds started (one canary per partition each).",
+            ["target"],
+            registry=registry,
+        )
+        self.partitions = Gauge(
+            "synthetic_sla_partitions",
+            "Partitions (or shards) of the target the probe writes to.",
+            ["target"],
+            registry=registry,
+        )
+        self.ready = Gauge(
+            "synthetic_sla_target_ready",
+            "1 while the target is reachable and its topic known, else 0.",
+            ["target"],
+            registry=registry,
+        )
+        self.pending = Gauge(
+            "synthetic_sla_pending_canaries",
+            "Canaries acknowledged whose fate is not decided yet.",
+            ["target", "stage"],
+            registry=registry,
+        )
+        Info("synthetic_sla_probe", "Build of the probe.", registry=registry).info(
+            {"version": version}
+        )
+        self.staleness = StalenessCollector(clock_ns)
+        registry.register(self.staleness)
+
+    def declare_target(self, target: str) -> None:
+        self.produce_latency.labels(target)
+        self.rounds.labels(target)
+        self.partitions.labels(target)
+        self.ready.labels(target)
+
+    def declare_stage(self, target: str, stage: str, judge: Judge) -> None:
+        """Create every series the SLO reads for this stage at zero, and export its staleness."""
+        for outcome in Outcome:
+            self.canaries.labels(target, stage, outcome.value)
+        self.e2e_latency.labels(target, stage)
+        for counter in (self.duplicates, self.out_of_order, self.resurrected, self.foreign):
+            counter.labels(target, stage)
+        for reason in RejectReason:
+            self.invalid.labels(target, stage, reason.value)
+        self.pending.labels(target, stage).set_function(judge.pending_count)
+        self.staleness.add(StageSource(target, stage, judge))
+
+    def count(self, target: str, stage: str, findings: Iterable[Finding]) -> None:
+        for finding in findings:
+            if isinstance(finding, Fate):
+                self.canaries.labels(target, stage, finding.outcome.value).inc()
+                if finding.latency_ns is not None:
+                    self.e2e_latency.labels(target, stage).observe(finding.latency_ns / 1e9)
+            elif isinstance(finding, Anomaly):
+                self._anomaly_counter(finding.kind).labels(target, stage).inc()
+
+    def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None:
+        self.invalid.labels(target, stage, reason.value).inc()
+
+    def _anomaly_counter(self, kind: AnomalyKind) -> Counter:
+        return {
+            AnomalyKind.DUPLICATE: self.duplicates,
+            AnomalyKind.OUT_OF_ORDER: self.out_of_order,
+            AnomalyKind.RESURRECTED: self.resurrected,
+            AnomalyKind.FOREIGN: self.foreign,
+        }[kind]

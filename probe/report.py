@@ -1,0 +1,153 @@
+"""The `once` report: a tally of findings per stage, rendered as a table or JSON.
+
+A run is ``ok`` when every canary of every stage was delivered and nothing else
+happened: no late, lost or failed canary, and no invalid, duplicate, reordered or
+resurrected record. A smoke test should be strict; a live SLO tolerates noise, a
+deploy gate should not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from probe.errors import RejectReason
+from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Outcome
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values.
+
+    >>> percentile([1, 2, 3, 4], 50)
+    2
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class StageTally:
+    outcomes: Counter[str] = field(default_factory=Counter)
+    anomalies: Counter[str] = field(default_factory=Counter)
+    invalid: Counter[str] = field(default_factory=Counter)
+    latencies_ms: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        bad_outcomes = sum(
+            n for outcome, n in self.outcomes.items() if outcome != Outcome.DELIVERED
+        )
+        unexpected = sum(
+            n for kind, n in self.anomalies.items() if kind != AnomalyKind.FOREIGN
+        ) + sum(self.invalid.values())
+        return self.outcomes[Outcome.DELIVERED] > 0 and bad_outcomes == 0 and unexpected == 0
+
+    def as_dict(self) -> dict[str, object]:
+        p50, p99 = percentile(self.latencies_ms, 50), percentile(self.latencies_ms, 99)
+        return {
+            "outcomes": {o.value: self.outcomes[o.value] for o in Outcome},
+            "latency_ms": {
+                "p50": None if p50 is None else round(p50, 3),
+                "p99": None if p99 is None else round(p99, 3),
+            },
+            "invalid": sum(self.invalid.values()),
+            "invalid_by_reason": {r.value: self.invalid[r.value] for r in RejectReason},
+            "duplicate": self.anomalies[AnomalyKind.DUPLICATE],
+            "out_of_order": self.anomalies[AnomalyKind.OUT_OF_ORDER],
+            "resurrected": self.anomalies[AnomalyKind.RESURRECTED],
+            "foreign": self.anomalies[AnomalyKind.FOREIGN],
+            "ok": self.ok,
+        }
+
+
+@dataclass
+class Tally:
+    """A recorder (see probe.stage.Recorder) that keeps everything for the report."""
+
+    target: str
+    stages: dict[str, StageTally] = field(default_factory=dict)
+
+    def declare_stage(self, stage: str) -> None:
+        self.stages.setdefault(stage, StageTally())
+
+    def count(self, target: str, stage: str, findings: Sequence[Finding]) -> None:
+        tally = self.stages.setdefault(stage, StageTally())
+        for finding in findings:
+            if isinstance(finding, Fate):
+                tally.outcomes[finding.outcome.value] += 1
+                if finding.latency_ns is not None:
+                    tally.latencies_ms.append(finding.latency_ns / 1e6)
+            elif isinstance(finding, Anomaly):
+                tally.anomalies[finding.kind.value] += 1
+
+    def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None:
+        self.stages.setdefault(stage, StageTally()).invalid[reason.value] += 1
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.stages) and all(t.ok for t in self.stages.values())
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "target": self.target,
+            "ok": self.ok,
+            "stages": {name: t.as_dict() for name, t in sorted(self.stages.items())},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2, sort_keys=False)
+
+    def to_table(self) -> str:
+        header = (
+            "stage",
+            "delivered",
+            "late",
+            "lost",
+            "failed",
+            "p50 ms",
+            "p99 ms",
+            "invalid",
+            "dup",
+            "ooo",
+            "result",
+        )
+        rows = [header]
+        for name, t in sorted(self.stages.items()):
+            d = t.as_dict()
+            latency = d["latency_ms"]
+            assert isinstance(latency, dict)
+            rows.append(
+                (
+                    name,
+                    str(t.outcomes[Outcome.DELIVERED]),
+                    str(t.outcomes[Outcome.LATE]),
+                    str(t.outcomes[Outcome.LOST]),
+                    str(t.outcomes[Outcome.PRODUCE_FAILED]),
+                    _ms(latency["p50"]),
+                    _ms(latency["p99"]),
+                    str(d["invalid"]),
+                    str(d["duplicate"]),
+                    str(d["out_of_order"]),
+                    "OK" if t.ok else "FAIL",
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        lines = [
+            "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+            for row in rows
+        ]
+        verdict = "PASS" if self.ok else "FAIL"
+        return "\n".join([f"target {self.target}", *lines, f"result: {verdict}"])
+
+
+def _ms(value: object) -> str:
+    return "-" if value is None else f"{value:.1f}"

@@ -1,0 +1,85 @@
+"""`sla-probe run`: the long-running probe service.
+
+It serves /metrics, /healthz and /readyz from the start (a probe that cannot reach
+its broker is measuring an outage: alive, not ready), connects with backoff, then
+produces on every wall-clock tick while the consumer stage judges arrivals.
+SIGTERM and SIGINT stop it cleanly within a few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from importlib.metadata import PackageNotFoundError, version
+
+from prometheus_client import CollectorRegistry
+
+from probe.config import ProbeConfig
+from probe.http import MetricsServer, build_app
+from probe.keys import KeyRing
+from probe.metrics import ProbeMetrics
+from probe.target import TargetProbe
+
+log = logging.getLogger(__name__)
+
+# Every task gets this long to finish after a stop signal; the whole stop stays
+# well inside the 5 s a container runtime usually allows before SIGKILL.
+STOP_GRACE = 3.0
+
+
+def probe_version() -> str:
+    try:
+        return version("synthetic-sla-probe")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | None = None) -> None:
+    """Run until ``stop`` is set (or SIGTERM/SIGINT arrives)."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(
+        registry,
+        latency_thresholds=(config.metrics.latency_threshold, config.judge.freshness),
+        version=probe_version(),
+    )
+    target = TargetProbe(config, keyring, [metrics], metrics=metrics)
+    server = MetricsServer(
+        build_app(registry, target.readiness), config.metrics.host, config.metrics.port
+    )
+    await server.start()
+    log.info("serving metrics on %s:%d", config.metrics.host, server.port)
+
+    async def probe_forever() -> None:
+        await target.connect()
+        consumer = asyncio.create_task(target.consume(), name="consume")
+        try:
+            await target.run_rounds(config.interval, stop)
+        finally:
+            consumer.cancel()
+
+    tasks = [
+        asyncio.create_task(probe_forever(), name="rounds"),
+        asyncio.create_task(target.expire_forever(), name="expire"),
+    ]
+    stopped = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    if stopped not in done:
+        # A task ended on its own: that is a bug; surface it instead of hanging.
+        for task in done:
+            task.result()
+    log.info("stopping")
+    for task in [*tasks, stopped]:
+        task.cancel()
+    await asyncio.wait([*tasks, stopped], timeout=STOP_GRACE)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(STOP_GRACE):
+            await target.close()
+    await server.stop()

@@ -1,0 +1,219 @@
+"""Kafka transport on aiokafka: an acks=all producer and a group-less consumer.
+
+The consumer assigns partitions itself (no consumer group): the probe must read
+every partition, whatever other probes on the topic do, and a group rebalance would
+be a pause the probe measured as its own latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    NotEnoughReplicasError,
+    NotLeaderForPartitionError,
+    TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
+from aiokafka.helpers import create_ssl_context
+
+from probe.config import KafkaConfig
+from probe.errors import ProduceFailed, TransportError
+from probe.transport import Arrival
+
+log = logging.getLogger(__name__)
+
+# Produce error reasons are a label: keep the set small and stable.
+_PRODUCE_REASONS: tuple[tuple[type[BaseException], str], ...] = (
+    (KafkaTimeoutError, "timeout"),
+    (asyncio.TimeoutError, "timeout"),
+    (KafkaConnectionError, "broker_unavailable"),
+    (NotLeaderForPartitionError, "not_leader"),
+    (NotEnoughReplicasError, "not_enough_replicas"),
+    (UnknownTopicOrPartitionError, "unknown_partition"),
+    (TopicAuthorizationFailedError, "not_authorized"),
+    (MessageSizeTooLargeError, "too_large"),
+)
+
+
+def produce_failure_reason(exc: BaseException) -> str:
+    for kind, reason in _PRODUCE_REASONS:
+        if isinstance(exc, kind):
+            return reason
+    return "other"
+
+
+def connection_options(config: KafkaConfig) -> dict[str, Any]:
+    """Client options shared by producer, consumer and admin client."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": config.bootstrap_servers,
+        "client_id": config.client_id,
+        "request_timeout_ms": int(config.send_timeout * 1000),
+    }
+    if config.tls is not None:
+        options["ssl_context"] = create_ssl_context(
+            cafile=str(config.tls.ca_file) if config.tls.ca_file else None,
+            certfile=str(config.tls.cert_file) if config.tls.cert_file else None,
+            keyfile=str(config.tls.key_file) if config.tls.key_file else None,
+        )
+        options["ssl_context"].check_hostname = config.tls.check_hostname
+    if config.sasl is not None:
+        options["security_protocol"] = "SASL_SSL" if config.tls else "SASL_PLAINTEXT"
+        options["sasl_mechanism"] = config.sasl.mechanism
+        options["sasl_plain_username"] = config.sasl.username
+        options["sasl_plain_password"] = config.sasl.password.get_secret_value()
+    elif config.tls is not None:
+        options["security_protocol"] = "SSL"
+    return options
+
+
+class KafkaTransport:
+    """Canaries to every partition of one topic, read back by a manual-assignment consumer."""
+
+    def __init__(self, config: KafkaConfig) -> None:
+        if not config.bootstrap_servers:
+            raise TransportError("kafka.bootstrap_servers is not set")
+        self._config = config
+        self._topic = config.topic
+        options = connection_options(config)
+        self._producer = AIOKafkaProducer(
+            **options,
+            acks="all",
+            enable_idempotence=config.idempotence,
+            linger_ms=0,
+        )
+        self._consumer = AIOKafkaConsumer(
+            **options,
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=int(config.fetch_max_wait * 1000),
+            # Only reached when a position falls off the log: the topic was recreated
+            # or the broker lost its data. Everything there is newer than our position.
+            auto_offset_reset="earliest",
+        )
+        self._options = options
+        self._assigned: set[int] = set()
+        self._covered = asyncio.Event()
+        self._started = False
+
+    async def start(self) -> None:
+        try:
+            await self._producer.start()
+            await self._consumer.start()
+        except KafkaError as exc:
+            await self.close()
+            raise TransportError(
+                f"cannot connect to {self._config.bootstrap_servers}: {exc}"
+            ) from exc
+        self._started = True
+
+    async def partitions(self) -> list[int]:
+        client = self._producer.client
+        if not await client.force_metadata_update():
+            raise TransportError("metadata refresh failed")
+        found = client.cluster.partitions_for_topic(self._topic)
+        return sorted(found) if found else []
+
+    async def broker_count(self) -> int:
+        return len(self._producer.client.cluster.brokers())
+
+    async def ensure_topic(self, partitions: int | None, replication_factor: int | None) -> bool:
+        """Create the topic if it is missing. Returns True if this call created it.
+
+        Defaults: at least 3 partitions and at least one per broker, so every broker
+        leads some canary partition; replication factor min(3, brokers).
+        """
+        if await self.partitions():
+            return False
+        brokers = max(1, await self.broker_count())
+        topic = NewTopic(
+            self._topic,
+            num_partitions=partitions or max(3, brokers),
+            replication_factor=replication_factor or min(3, brokers),
+        )
+        admin = AIOKafkaAdminClient(**self._options)
+        try:
+            await admin.start()
+            await admin.create_topics([topic])
+        except TopicAlreadyExistsError:
+            return False
+        except KafkaError as exc:
+            raise TransportError(f"cannot create topic {self._topic}: {exc}") from exc
+        finally:
+            await admin.close()
+        return True
+
+    async def cover(self, partitions: Sequence[int]) -> None:
+        wanted = set(partitions)
+        if wanted <= self._assigned:
+            return
+        consumer = self._consumer
+        first = not self._assigned
+        # assign() forgets positions, so carry the current ones over by hand; the
+        # position is the next record the caller will get, so nothing fetched but
+        # not yet returned is lost or read twice.
+        kept = {p: await consumer.position(self._tp(p)) for p in self._assigned & wanted}
+        consumer.assign([self._tp(p) for p in sorted(wanted)])
+        for partition, offset in kept.items():
+            consumer.seek(self._tp(partition), offset)
+        fresh = [self._tp(p) for p in sorted(wanted - kept.keys())]
+        if fresh:
+            # On the first assignment start at the end: old canaries are not judged
+            # again. Partitions that appear later start at the beginning.
+            if first:
+                await consumer.seek_to_end(*fresh)
+            else:
+                await consumer.seek_to_beginning(*fresh)
+        for partition in wanted:
+            await consumer.position(self._tp(partition))
+        self._assigned = wanted
+        self._covered.set()
+
+    async def send(self, partition: int, payload: bytes) -> None:
+        try:
+            async with asyncio.timeout(self._config.send_timeout):
+                delivery = await self._producer.send(self._topic, payload, partition=partition)
+                await delivery
+        except (KafkaError, TimeoutError) as exc:
+            raise ProduceFailed(produce_failure_reason(exc), str(exc)) from exc
+
+    async def arrivals(self) -> AsyncIterator[Arrival]:
+        await self._covered.wait()
+        while True:
+            try:
+                batch = await self._consumer.getmany(timeout_ms=1000)
+            except KafkaError as exc:
+                # The consumer reconnects by itself; pause so a broker that is down
+                # does not turn this loop into a busy one.
+                log.warning("fetch failed: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            at_ns = time.time_ns()
+            for tp, records in batch.items():
+                for record in records:
+                    # A record without a value is still a record on the canary topic:
+                    # it is judged (as malformed), not skipped.
+                    yield Arrival(tp.partition, record.value or b"", at_ns)
+
+    async def close(self) -> None:
+        # Closing must not hang on a broker that is gone: the service has 5 s to stop.
+        for client in (self._consumer, self._producer):
+            try:
+                async with asyncio.timeout(2.0):
+                    await client.stop()
+            except (KafkaError, TimeoutError) as exc:
+                log.debug("close: %s", exc)
+
+    def _tp(self, partition: int) -> TopicPartition:
+        return TopicPartition(self._topic, partition)
