@@ -1,0 +1,52 @@
+# Quickstart on a fresh Debian machine with Python 3.11+ and Java 17:
+#   make demo   set everything up, run `sla-probe once` on the embedded broker
+#   make test   set everything up, run every test
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+UV := $(PYTHON) -m uv
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Debian packages the tests run for real: promtool and Prometheus, Mosquitto.
+DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto
+export UV_PYTHON_DOWNLOADS := never
+
+.PHONY: demo test setup system-deps python-deps lint bench lock clean
+
+demo: python-deps
+	$(VENV)/bin/sla-probe once
+
+test: setup
+	$(VENV)/bin/pytest
+
+setup: system-deps python-deps
+
+# Installs a Debian package only when its command is missing.
+system-deps:
+	@missing=""; \
+	for pair in $(DEBIAN_PACKAGES); do \
+	  command -v "$${pair#*:}" >/dev/null 2>&1 || missing="$$missing $${pair%%:*}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+# Every Python package comes from uv.lock, exactly.
+python-deps:
+	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+	$(UV) sync --frozen --python $(PYTHON)
+
+lint: python-deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check probe tests benchmarks
+	$(VENV)/bin/mypy
+
+bench: python-deps
+	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(VENV)/bin/python $$script || exit 1; done
+
+lock:
+	$(UV) lock --python $(PYTHON)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
