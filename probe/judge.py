@@ -1,0 +1,495 @@
+"""The judge: a pure state machine that gives every canary exactly one fate per stage.
+
+No I/O, no clock reads, no asyncio: every call takes ``now_ns`` (integer nanoseconds)
+and returns findings. The Kafka consumer stage (which sees acks), the Spark sink stage
+(another process, no acks; it keeps each stream's state in its own state store through
+:meth:`StreamState.to_dict` / :meth:`StreamState.from_dict`) and the MQTT stage all feed
+this same logic. One :class:`Judge` serves one stage.
+
+State is kept per stream, :class:`StreamKey` = (probe_id, target, partition). A canary
+is named within its stream by (incarnation, seq).
+
+Fates -- exactly one per canary per stage, never two
+----------------------------------------------------
+``delivered``
+    The canary arrived for the first time and ``latency <= freshness``, where
+    ``latency = now_ns - produced_ns``, clamped to 0 (producer and stage may run on
+    different hosts whose clocks disagree).
+``late``
+    The canary arrived for the first time with ``latency > freshness``. A late arrival
+    is counted, never dropped; its latency is observed like any other.
+``lost``
+    The canary was acknowledged (or implied acknowledged, see *gaps*) and had not arrived
+    when :meth:`Judge.expire` ran at or after its deadline. The deadline is
+    ``produced_ns + loss_timeout`` for an ack, ``now_ns + loss_timeout`` for an implied
+    ack. ``expire`` needs no later canary, so loss at the tail of a partition is caught.
+    Lost is final: a canary that arrives after being declared lost keeps ``lost``
+    (counters never move backwards); its arrival is reported as the ``resurrected``
+    anomaly and its latency is not observed.
+``produce_failed``
+    :meth:`Judge.on_produce_failed` returns it at once. The failed canary does not enter
+    the sequence state: the producer gives its seq to the next canary (seqs are
+    contiguous among acknowledged canaries), so it leaves no gap and no pending entry.
+    If the failed canary shows up downstream anyway (e.g. a produce that timed out but
+    was written), it is judged by its seq like any arrival; the successor that carries
+    the same seq then counts as ``duplicate`` (or the other way round, whichever arrives
+    second).
+
+Anomalies -- reported beside the fates, never instead of a first fate
+---------------------------------------------------------------------
+``out_of_order``
+    The canary arrived after a higher seq of the same stream and incarnation had
+    arrived. It still gets its fate; the anomaly comes after it.
+``duplicate``
+    The canary had already arrived (it got its fate then). Also: a canary of an older
+    incarnation that is neither pending nor remembered, and a seq at or below the
+    remembered window ``highest seq - memory``: such a canary must have been judged long
+    ago, and the judge keeps no more than ``memory`` decided seqs per stream.
+``resurrected``
+    The canary arrives after it was declared lost (see ``lost``).
+``foreign``
+    With ``own=OwnProbe(...)``, any canary whose probe id or incarnation differs. It
+    changes no state. With ``own=None`` (the Spark sink judges every probe on the topic)
+    nothing is foreign.
+
+Gaps
+----
+Seqs are contiguous per stream among acknowledged canaries. So when seq N arrives and
+the highest seq known for the stream (arrived or acked) is H < N - 1, the seqs H+1..N-1
+are *implied acknowledged*: they become pending with deadline ``now_ns + loss_timeout``.
+This is how a stage that never sees acks detects loss. Nothing is inferred below the
+first seq a stream ever saw (a stage may start mid-stream), nor below the remembered
+window: of a gap wider than ``memory`` only the newest ``memory - 1`` seqs are implied.
+Such a jump means a broken sequence rather than thousands of unseen losses, and
+inferring it all would make the state unbounded.
+
+Incarnations
+------------
+Seqs restart at 0 in every producer process (incarnation). A canary of a newer
+incarnation restarts the stream's sequence tracking; canaries of the old incarnation
+that are still pending stay pending until they arrive or expire. An older-incarnation
+canary that is pending gets its fate normally, one remembered as lost is
+``resurrected``, any other is ``duplicate``. An ack of an older incarnation changes
+nothing: that sequence is no longer tracked, so whether it was already judged cannot be
+told.
+
+Staleness
+---------
+Per stream: ``now_ns`` minus the produce time of the freshest canary that arrived with a
+fate (delivered or late), or minus the watch/first-seen time if none has; never
+negative. It rises while a partition is silent and while the stage lags.
+
+Example::
+
+    >>> judge = Judge(JudgePolicy(freshness_ns=5, loss_timeout_ns=10))
+    >>> c = Canary("p", 1, "kafka", 0, seq=0, produced_ns=100)
+    >>> judge.on_acked(c, now_ns=101)
+    []
+    >>> [f.outcome.value for f in judge.on_arrived(c, now_ns=103)]
+    ['delivered']
+    >>> judge.on_arrived(c, now_ns=104)[0].kind.value
+    'duplicate'
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from probe.canary import Canary
+
+__all__ = [
+    "Anomaly",
+    "AnomalyKind",
+    "Fate",
+    "Finding",
+    "Judge",
+    "JudgePolicy",
+    "Outcome",
+    "OwnProbe",
+    "StreamKey",
+    "StreamState",
+]
+
+
+class Outcome(StrEnum):
+    """A canary's fate at one stage. The values are the ``outcome`` label values."""
+
+    DELIVERED = "delivered"
+    LATE = "late"
+    LOST = "lost"
+    PRODUCE_FAILED = "produce_failed"
+
+
+class AnomalyKind(StrEnum):
+    """Something seen beside a fate, never a fate itself."""
+
+    DUPLICATE = "duplicate"
+    OUT_OF_ORDER = "out_of_order"
+    RESURRECTED = "resurrected"
+    FOREIGN = "foreign"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class StreamKey:
+    """One sequence of canaries: one probe writing to one partition (or shard) of a target.
+
+    Ordered so that findings and streams can be listed deterministically.
+    """
+
+    probe_id: str
+    target: str
+    partition: int
+
+    @classmethod
+    def of(cls, canary: Canary) -> StreamKey:
+        return cls(canary.probe_id, canary.target, canary.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Fate:
+    """The one outcome of one canary at one stage. ``latency_ns`` is set for delivered/late."""
+
+    key: StreamKey
+    seq: int
+    outcome: Outcome
+    latency_ns: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """An observation about a canary that is not its fate."""
+
+    key: StreamKey
+    seq: int
+    kind: AnomalyKind
+
+
+Finding = Fate | Anomaly
+
+
+@dataclass(frozen=True, slots=True)
+class JudgePolicy:
+    """Deadlines (ns) and the bound on remembered seqs per stream.
+
+    ``loss_timeout_ns >= freshness_ns``: a canary may be late, but it is not declared
+    lost before it could even have been late.
+    """
+
+    freshness_ns: int
+    loss_timeout_ns: int
+    memory: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.freshness_ns <= 0:
+            raise ValueError(f"freshness_ns must be > 0, got {self.freshness_ns}")
+        if self.loss_timeout_ns < self.freshness_ns:
+            raise ValueError(
+                f"loss_timeout_ns must be >= freshness_ns ({self.freshness_ns}), "
+                f"got {self.loss_timeout_ns}"
+            )
+        if self.memory < 1:
+            raise ValueError(f"memory must be >= 1, got {self.memory}")
+
+
+@dataclass(frozen=True, slots=True)
+class OwnProbe:
+    """The probe process a stage belongs to; canaries of any other are foreign."""
+
+    probe_id: str
+    incarnation: int
+
+
+# A canary's name within its stream.
+_Ident = tuple[int, int]  # (incarnation, seq)
+
+_STATE_VERSION = 1
+
+
+@dataclass(slots=True)
+class StreamState:
+    """Everything the judge knows about one stream; serialisable with :meth:`to_dict`.
+
+    Invariants:
+
+    * ``pending`` and ``decided`` are disjoint: a canary is pending until its fate is
+      decided, and never becomes pending again afterwards.
+    * ``high_seq`` and ``high_arrived`` refer to ``incarnation`` only; ``high_arrived <=
+      high_seq``; every pending or decided seq of ``incarnation`` is ``<= high_seq``.
+    * ``decided`` holds at most ``memory`` entries. Trimming drops the lowest
+      (incarnation, seq) first, i.e. older incarnations, then seqs at or below
+      ``high_seq - memory``; as the window ``(high_seq - memory, high_seq]`` holds at most
+      ``memory`` seqs, every decided seq inside it stays remembered, so a canary in the
+      window can never get a second fate.
+    """
+
+    since_ns: int  # watch / first-seen time: staleness counts from here until an arrival
+    incarnation: int | None = None  # the incarnation whose sequence is tracked
+    high_seq: int | None = None  # highest seq acked or arrived in `incarnation`
+    high_arrived: int | None = None  # highest seq arrived in `incarnation`
+    freshest_ns: int | None = None  # produced_ns of the freshest canary that got a fate
+    pending: dict[_Ident, int] = field(default_factory=dict)  # -> deadline_ns
+    decided: dict[_Ident, bool] = field(default_factory=dict)  # -> True if declared lost
+    # Min-heap over the keys of `decided`, so trimming to `memory` is O(log n) per event.
+    _decided_order: list[_Ident] = field(default_factory=list, repr=False, compare=False)
+
+    def on_acked(self, canary: Canary, policy: JudgePolicy) -> list[Finding]:
+        """Apply a broker ack. Returns no findings: an ack only arms a deadline."""
+        self._follow_incarnation(canary.incarnation)
+        ident = (canary.incarnation, canary.seq)
+        if (
+            canary.incarnation != self.incarnation
+            or ident in self.decided
+            or ident in self.pending
+            or self._forgotten(canary.seq, policy)
+        ):
+            # Arrival may beat the ack callback: then it is decided and the ack is moot.
+            return []
+        self.pending[ident] = canary.produced_ns + policy.loss_timeout_ns
+        self.high_seq = canary.seq if self.high_seq is None else max(self.high_seq, canary.seq)
+        return []
+
+    def on_arrived(
+        self, key: StreamKey, canary: Canary, now_ns: int, policy: JudgePolicy
+    ) -> list[Finding]:
+        """Apply one arrival: a fate (maybe with ``out_of_order``) or one anomaly."""
+        self._follow_incarnation(canary.incarnation)
+        seq = canary.seq
+        ident = (canary.incarnation, seq)
+        was_lost = self.decided.get(ident)
+        if was_lost is not None:
+            kind = AnomalyKind.RESURRECTED if was_lost else AnomalyKind.DUPLICATE
+            return [Anomaly(key, seq, kind)]
+        current = canary.incarnation == self.incarnation
+        if ident not in self.pending and (not current or self._forgotten(seq, policy)):
+            return [Anomaly(key, seq, AnomalyKind.DUPLICATE)]
+
+        self.pending.pop(ident, None)
+        latency_ns = max(0, now_ns - canary.produced_ns)
+        outcome = Outcome.DELIVERED if latency_ns <= policy.freshness_ns else Outcome.LATE
+        findings: list[Finding] = [Fate(key, seq, outcome, latency_ns)]
+        if current:
+            if self.high_arrived is not None and seq < self.high_arrived:
+                findings.append(Anomaly(key, seq, AnomalyKind.OUT_OF_ORDER))
+            else:
+                self.high_arrived = seq
+            if self.high_seq is None or seq > self.high_seq:
+                if self.high_seq is not None:
+                    self._imply_acked(self.high_seq + 1, seq, canary.incarnation, now_ns, policy)
+                self.high_seq = seq
+        if self.freshest_ns is None or canary.produced_ns > self.freshest_ns:
+            self.freshest_ns = canary.produced_ns
+        self._remember(ident, lost=False, policy=policy)
+        return findings
+
+    def expire(self, key: StreamKey, now_ns: int, policy: JudgePolicy) -> list[Fate]:
+        """Declare lost every pending canary whose deadline is ``<= now_ns``.
+
+        Scans all pending entries: this is the tick, not the per-event path.
+        Findings come ordered by (incarnation, seq).
+        """
+        due = sorted(ident for ident, deadline in self.pending.items() if deadline <= now_ns)
+        for ident in due:
+            del self.pending[ident]
+            self._remember(ident, lost=True, policy=policy)
+        return [Fate(key, seq, Outcome.LOST, None) for _, seq in due]
+
+    def staleness_ns(self, now_ns: int) -> int:
+        reference = self.since_ns if self.freshest_ns is None else self.freshest_ns
+        return max(0, now_ns - reference)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-able plain values (ints, bools, None, lists), deterministic order."""
+        return {
+            "version": _STATE_VERSION,
+            "since_ns": self.since_ns,
+            "incarnation": self.incarnation,
+            "high_seq": self.high_seq,
+            "high_arrived": self.high_arrived,
+            "freshest_ns": self.freshest_ns,
+            "pending": [
+                [inc, seq, deadline] for (inc, seq), deadline in sorted(self.pending.items())
+            ],
+            "decided": [[inc, seq, lost] for (inc, seq), lost in sorted(self.decided.items())],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> StreamState:
+        """Rebuild a state written by :meth:`to_dict`. Raises ``ValueError`` if malformed."""
+        version = _int(data.get("version"), "version")
+        if version != _STATE_VERSION:
+            raise ValueError(f"stream state: unsupported version {version}")
+        pending: dict[_Ident, int] = {}
+        for row in _rows(data.get("pending"), "pending"):
+            pending[(_int(row[0], "pending"), _int(row[1], "pending"))] = _int(row[2], "pending")
+        decided: dict[_Ident, bool] = {}
+        for row in _rows(data.get("decided"), "decided"):
+            lost = row[2]
+            if not isinstance(lost, bool):
+                raise ValueError("stream state: decided: lost flag must be a boolean")
+            decided[(_int(row[0], "decided"), _int(row[1], "decided"))] = lost
+        if not pending.keys().isdisjoint(decided.keys()):
+            raise ValueError("stream state: a canary is both pending and decided")
+        order = list(decided)
+        heapq.heapify(order)
+        return cls(
+            since_ns=_int(data.get("since_ns"), "since_ns"),
+            incarnation=_optional_int(data.get("incarnation"), "incarnation"),
+            high_seq=_optional_int(data.get("high_seq"), "high_seq"),
+            high_arrived=_optional_int(data.get("high_arrived"), "high_arrived"),
+            freshest_ns=_optional_int(data.get("freshest_ns"), "freshest_ns"),
+            pending=pending,
+            decided=decided,
+            _decided_order=order,
+        )
+
+    def _follow_incarnation(self, incarnation: int) -> None:
+        # A newer producer process restarts seqs at 0: comparing them with the old
+        # sequence would report false duplicates and reordering. Old pending entries
+        # and remembered decisions are keyed by incarnation, so they stay valid.
+        if self.incarnation is None or incarnation > self.incarnation:
+            self.incarnation = incarnation
+            self.high_seq = None
+            self.high_arrived = None
+
+    def _forgotten(self, seq: int, policy: JudgePolicy) -> bool:
+        # At or below the window: a decision about it may have been trimmed away.
+        return self.high_seq is not None and seq <= self.high_seq - policy.memory
+
+    def _imply_acked(
+        self, first: int, stop: int, incarnation: int, now_ns: int, policy: JudgePolicy
+    ) -> None:
+        # Seqs first..stop-1 lie above high_seq, so none is pending or decided yet.
+        # Only those inside the new window (stop - memory, stop) are implied; see "Gaps".
+        deadline = now_ns + policy.loss_timeout_ns
+        for seq in range(max(first, stop - policy.memory + 1), stop):
+            self.pending[(incarnation, seq)] = deadline
+
+    def _remember(self, ident: _Ident, *, lost: bool, policy: JudgePolicy) -> None:
+        # Callers only pass idents that are not yet decided (pending and decided are
+        # disjoint), so each ident enters the heap once and the heap mirrors `decided`.
+        self.decided[ident] = lost
+        heapq.heappush(self._decided_order, ident)
+        while len(self.decided) > policy.memory:
+            del self.decided[heapq.heappop(self._decided_order)]
+
+
+def _int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"stream state: {name} must be an integer, got {value!r}")
+    return value
+
+
+def _optional_int(value: object, name: str) -> int | None:
+    return None if value is None else _int(value, name)
+
+
+def _rows(value: object, name: str) -> list[Sequence[object]]:
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"stream state: {name} must be a list")
+    rows: list[Sequence[object]] = []
+    for row in value:
+        if not isinstance(row, list | tuple) or len(row) != 3:
+            raise ValueError(f"stream state: {name} rows must be [incarnation, seq, value]")
+        rows.append(row)
+    return rows
+
+
+class Judge:
+    """One stage's judge: routes events to per-stream :class:`StreamState`.
+
+    Example::
+
+        judge = Judge(JudgePolicy(freshness_ns=5_000_000_000, loss_timeout_ns=60_000_000_000),
+                      own=OwnProbe("probe-a", incarnation=start_ns))
+        judge.watch(StreamKey("probe-a", "kafka", 0), now_ns)
+        judge.on_acked(canary, now_ns)             # producer callback
+        for finding in judge.on_arrived(canary, now_ns):   # consumer
+            count(finding)
+        for finding in judge.expire(now_ns):       # every tick
+            count(finding)
+    """
+
+    __slots__ = ("_own", "_policy", "_streams")
+
+    def __init__(self, policy: JudgePolicy, own: OwnProbe | None = None) -> None:
+        self._policy = policy
+        self._own = own
+        self._streams: dict[StreamKey, StreamState] = {}
+
+    @property
+    def policy(self) -> JudgePolicy:
+        return self._policy
+
+    @property
+    def own(self) -> OwnProbe | None:
+        return self._own
+
+    def watch(self, key: StreamKey, now_ns: int) -> None:
+        """Track a stream before any canary arrives; staleness counts from ``now_ns``.
+
+        Watching a stream already tracked changes nothing.
+        """
+        self._streams.setdefault(key, StreamState(since_ns=now_ns))
+
+    def unwatch(self, key: StreamKey) -> None:
+        """Forget a stream (its partition was removed), pending canaries included."""
+        self._streams.pop(key, None)
+
+    def on_acked(self, canary: Canary, now_ns: int) -> list[Finding]:
+        if self._is_foreign(canary):
+            return [Anomaly(StreamKey.of(canary), canary.seq, AnomalyKind.FOREIGN)]
+        return self._state(StreamKey.of(canary), now_ns).on_acked(canary, self._policy)
+
+    def on_arrived(self, canary: Canary, now_ns: int) -> list[Finding]:
+        key = StreamKey.of(canary)
+        if self._is_foreign(canary):
+            return [Anomaly(key, canary.seq, AnomalyKind.FOREIGN)]
+        return self._state(key, now_ns).on_arrived(key, canary, now_ns, self._policy)
+
+    def on_produce_failed(self, canary: Canary, now_ns: int) -> list[Finding]:
+        """The fate is immediate and no state changes: the seq goes to the next canary."""
+        del now_ns  # part of the uniform event signature; the fate needs no time
+        key = StreamKey.of(canary)
+        if self._is_foreign(canary):
+            return [Anomaly(key, canary.seq, AnomalyKind.FOREIGN)]
+        return [Fate(key, canary.seq, Outcome.PRODUCE_FAILED, None)]
+
+    def expire(self, now_ns: int) -> list[Finding]:
+        """The tick: ``lost`` for every pending canary due by ``now_ns``, ordered by key, seq."""
+        findings: list[Finding] = []
+        for key in sorted(self._streams):
+            findings.extend(self._streams[key].expire(key, now_ns, self._policy))
+        return findings
+
+    def staleness_ns(self, now_ns: int) -> dict[StreamKey, int]:
+        return {key: state.staleness_ns(now_ns) for key, state in self._streams.items()}
+
+    def pending_count(self) -> int:
+        """Canaries acked or implied whose fate is not decided yet."""
+        return sum(len(state.pending) for state in self._streams.values())
+
+    def streams(self) -> list[StreamKey]:
+        return sorted(self._streams)
+
+    def export_state(self, key: StreamKey) -> dict[str, object] | None:
+        state = self._streams.get(key)
+        return None if state is None else state.to_dict()
+
+    def import_state(self, key: StreamKey, data: Mapping[str, object]) -> None:
+        """Replace the state of ``key`` with one from :meth:`export_state`."""
+        self._streams[key] = StreamState.from_dict(data)
+
+    def _is_foreign(self, canary: Canary) -> bool:
+        own = self._own
+        return own is not None and (
+            canary.probe_id != own.probe_id or canary.incarnation != own.incarnation
+        )
+
+    def _state(self, key: StreamKey, now_ns: int) -> StreamState:
+        state = self._streams.get(key)
+        if state is None:
+            state = self._streams[key] = StreamState(since_ns=now_ns)
+        return state
