@@ -1,0 +1,157 @@
+"""Shared fixtures: the real embedded broker, a running `sla-probe run`, scraping.
+
+Nothing here sleeps in place of a condition: `wait_for` polls a condition until a
+deadline and fails with what it last saw.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from probe.embedded import EmbeddedBroker, free_loopback_port
+from probe.keys import generate_key_ring
+
+T = TypeVar("T")
+SLA_PROBE = str(Path(sys.executable).with_name("sla-probe"))
+
+
+def wait_for(
+    condition: Callable[[], T], *, timeout: float, what: str, every: float = 0.05
+) -> T:
+    """Poll until condition() is truthy; return its value or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(every)
+    pytest.fail(f"timed out after {timeout}s waiting for {what} (last value: {last!r})")
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """One embedded broker for the session; tests isolate themselves by topic."""
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with EmbeddedBroker(log_file=log) as running:
+        yield running
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    """A broker this test may stop and restart."""
+    with EmbeddedBroker(log_file=tmp_path / "tansu.log") as running:
+        yield running
+
+
+@pytest.fixture
+def topic() -> str:
+    return f"sla-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "keys.json"
+    path.write_text(generate_key_ring("test1").to_json())
+    return path
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Samples of /metrics as {(name, sorted labels): value}; empty if unreachable."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+            text = reply.read().decode()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return {}
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def http_status(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0
+
+
+def sample(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    return sum(
+        value
+        for (sample_name, sample_labels), value in samples.items()
+        if sample_name == name and set(labels.items()) <= set(sample_labels)
+    )
+
+
+@dataclass
+class RunningProbe:
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    args: list[str] = field(default_factory=list)
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return scrape(self.port)
+
+    def canaries(self, outcome: str, stage: str = "consumer") -> float:
+        return sample(self.metrics(), "synthetic_sla_canaries_total", outcome=outcome, stage=stage)
+
+    def stop(self, timeout: float = 10.0) -> float:
+        """SIGTERM; returns how long the process took to exit."""
+        started = time.monotonic()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout)
+        return time.monotonic() - started
+
+
+@pytest.fixture
+def start_probe(tmp_path: Path) -> Iterator[Callable[..., RunningProbe]]:
+    """Start `sla-probe run` with the given flags; waits until /healthz answers."""
+    started: list[RunningProbe] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> RunningProbe:
+        port = free_loopback_port()
+        log = tmp_path / f"probe-{len(started)}.log"
+        command = [SLA_PROBE, "run", "--metrics-port", str(port), *args]
+        process = subprocess.Popen(
+            command,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+        probe = RunningProbe(process, port, log, command)
+        started.append(probe)
+        wait_for(
+            lambda: process.poll() is not None or http_status(port, "/healthz") == 200,
+            timeout=20,
+            what="/healthz",
+        )
+        assert process.poll() is None, log.read_text()
+        return probe
+
+    yield start
+    for probe in started:
+        if probe.process.poll() is None:
+            probe.process.kill()
+            probe.process.wait()

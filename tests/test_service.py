@@ -1,0 +1,225 @@
+"""`sla-probe run` as a process against the real broker: hostile input, outages, stop."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from probe.canary import decode, encode
+from probe.embedded import EmbeddedBroker
+from probe.keys import KeyRing, generate_key_ring
+from tests.conftest import SLA_PROBE, RunningProbe, http_status, sample, wait_for
+
+FAST = ["--interval", "1s", "--fetch-max-wait", "20ms", "--send-timeout", "2s", "--create-topic"]
+
+
+def _run_args(broker: EmbeddedBroker, topic: str, key_file: Path, *extra: str) -> list[str]:
+    return [
+        "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic,
+        "--signing-key-file", str(key_file), "--probe-id", "probe-under-test", *FAST, *extra,
+    ]
+
+
+def _read_one_canary(broker: EmbeddedBroker, topic: str, partition: int) -> bytes:
+    """The first record of a partition, read by an independent client (librdkafka)."""
+    consumer = Consumer({
+        "bootstrap.servers": broker.bootstrap_servers,
+        "group.id": "independent-reader",
+        "enable.auto.commit": False,
+    })
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        message = wait_for(
+            lambda: (m := consumer.poll(0.5)) is not None and m.error() is None and m,
+            timeout=20,
+            what="a canary read back by confluent-kafka",
+        )
+        value = message.value()
+        assert isinstance(value, bytes)
+        return value
+    finally:
+        consumer.close()
+
+
+def _produce(broker: EmbeddedBroker, topic: str, partition: int, payloads: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for payload in payloads:
+        producer.produce(topic, payload, partition=partition)
+    assert producer.flush(10) == 0
+
+
+def test_hostile_records_are_counted_never_delivered(
+    broker: EmbeddedBroker,
+    topic: str,
+    key_file: Path,
+    tmp_path: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    config = tmp_path / "probe.yaml"
+    config.write_text("canary:\n  max_size: 4096\n")
+    probe = start_probe(*_run_args(broker, topic, key_file), "--config", str(config))
+    wait_for(lambda: probe.canaries("delivered") >= 3, timeout=30, what="canaries delivered")
+
+    keyring = KeyRing.from_json(key_file.read_text())
+    real = _read_one_canary(broker, topic, 0)
+    canary = decode(real, keyring)
+    # One field changed, the original signature kept: what tampering in flight looks like.
+    forged = encode(canary.__class__(**{**_fields(canary), "seq": canary.seq + 1000}), keyring)
+    forged = forged[:-32] + real[-32:]
+    foreign_key = encode(canary, generate_key_ring("intruder"))
+    hostile = {
+        "bad_signature": forged,
+        "malformed": random.Random(7).randbytes(200),
+        "unknown_key": foreign_key,
+        "oversized": b"\0" * 5000,
+        "unsupported_version": real[:2] + b"\x09" + real[3:],
+    }
+    delivered_before = probe.canaries("delivered")
+    _produce(broker, topic, 0, [*hostile.values(), real])
+
+    def invalid_counts() -> dict[str, float]:
+        samples = probe.metrics()
+        return {
+            reason: sample(samples, "synthetic_sla_invalid_total", reason=reason)
+            for reason in hostile
+        }
+
+    wait_for(
+        lambda: all(n == 1 for n in invalid_counts().values()),
+        timeout=20,
+        what="each hostile record counted under its reason",
+    )
+    wait_for(
+        lambda: sample(probe.metrics(), "synthetic_sla_duplicates_total") >= 1,
+        timeout=20,
+        what="the replayed canary counted as duplicate",
+    )
+    # Canaries keep flowing after the hostile burst.
+    wait_for(
+        lambda: probe.canaries("delivered") >= delivered_before + 3,
+        timeout=20,
+        what="canaries delivered after the hostile records",
+    )
+    samples = probe.metrics()
+    # Nothing hostile was judged: every fate belongs to a canary the probe produced.
+    fates = sum(
+        sample(samples, "synthetic_sla_canaries_total", outcome=o)
+        for o in ("delivered", "late", "lost", "produce_failed")
+    )
+    produced = sample(samples, "synthetic_sla_produce_latency_seconds_count")
+    assert fates <= produced
+    assert sample(samples, "synthetic_sla_canaries_total", outcome="lost") == 0
+    assert probe.process.poll() is None
+    assert http_status(probe.port, "/readyz") == 200
+
+
+def _fields(canary: object) -> dict[str, object]:
+    return {name: getattr(canary, name) for name in canary.__slots__}  # type: ignore[attr-defined]
+
+
+def test_broker_outage_is_measured_survived_and_recovered(
+    own_broker: EmbeddedBroker, topic: str, key_file: Path, start_probe: Callable[..., RunningProbe]
+) -> None:
+    probe = start_probe(*_run_args(own_broker, topic, key_file))
+    wait_for(lambda: probe.canaries("delivered") >= 3, timeout=30, what="canaries delivered")
+
+    own_broker.stop()
+    wait_for(
+        lambda: probe.canaries("produce_failed") + probe.canaries("lost") >= 3,
+        timeout=30,
+        what="the outage measured as produce_failed or lost canaries",
+    )
+    assert probe.process.poll() is None
+    assert http_status(probe.port, "/healthz") == 200
+    wait_for(lambda: http_status(probe.port, "/readyz") == 503, timeout=20, what="not ready")
+
+    own_broker.start()
+    delivered_during_outage = probe.canaries("delivered")
+    wait_for(
+        lambda: probe.canaries("delivered") >= delivered_during_outage + 3,
+        timeout=60,
+        what="canaries delivered again after the broker came back",
+    )
+    wait_for(lambda: http_status(probe.port, "/readyz") == 200, timeout=20, what="ready again")
+    assert probe.process.poll() is None
+
+
+def test_sigterm_stops_within_five_seconds(
+    broker: EmbeddedBroker, topic: str, key_file: Path, start_probe: Callable[..., RunningProbe]
+) -> None:
+    probe = start_probe(*_run_args(broker, topic, key_file))
+    wait_for(lambda: probe.canaries("delivered") >= 1, timeout=30, what="a delivered canary")
+    took = probe.stop()
+    assert probe.process.returncode == 0
+    assert took < 5.0
+
+
+def test_run_refuses_to_start_without_a_key(broker: EmbeddedBroker, topic: str) -> None:
+    result = subprocess.run(
+        [SLA_PROBE, "run", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic],
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "signing_key_file" in result.stderr
+
+
+def test_run_with_an_ephemeral_key_when_told(
+    broker: EmbeddedBroker, topic: str, start_probe: Callable[..., RunningProbe]
+) -> None:
+    probe = start_probe(
+        "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic, *FAST,
+        "--allow-ephemeral-key",
+    )
+    wait_for(lambda: probe.canaries("delivered") >= 1, timeout=30, what="a delivered canary")
+
+
+def test_once_exits_zero_on_the_embedded_broker() -> None:
+    result = subprocess.run(
+        [SLA_PROBE, "once", "--json"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    consumer = report["stages"]["consumer"]
+    assert consumer["outcomes"]["delivered"] == 9  # 3 rounds x 3 partitions
+    assert consumer["outcomes"]["lost"] == 0
+    assert consumer["latency_ms"]["p50"] is not None
+
+
+def test_once_exits_one_when_the_broker_is_unreachable(topic: str) -> None:
+    from probe.embedded import free_loopback_port
+
+    result = subprocess.run(
+        [SLA_PROBE, "once", "--json", "--bootstrap-servers", f"127.0.0.1:{free_loopback_port()}",
+         "--topic", topic, "--interval", "100ms"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**__import__("os").environ, "SLA_PROBE_SEND_TIMEOUT": "1s"},
+    )
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["ok"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--interval", "soon"], "once.interval"),
+        (["--interval", "0s"], "once.interval"),
+        (["--send-timeout", "-1s"], "kafka.send_timeout"),
+        (["--topic", ""], "kafka.topic"),
+    ],
+)
+def test_bad_config_exits_two_naming_the_field(args: list[str], field: str) -> None:
+    result = subprocess.run(
+        [SLA_PROBE, "once", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert field in lines[0]

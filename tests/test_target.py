@@ -1,0 +1,133 @@
+"""The Kafka target against the real embedded broker: rounds, coverage, outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from probe.config import load
+from probe.embedded import EmbeddedBroker
+from probe.errors import RejectReason
+from probe.judge import Fate, Finding, Outcome
+from probe.keys import generate_key_ring
+from probe.report import Tally
+from probe.target import CONSUMER_STAGE, TargetProbe
+
+
+async def _wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def _config(broker: EmbeddedBroker, topic: str, **extra: object):  # type: ignore[no-untyped-def]
+    return load(
+        overrides={
+            "kafka.bootstrap_servers": broker.bootstrap_servers,
+            "kafka.topic": topic,
+            "kafka.create_topic": True,
+            "kafka.fetch_max_wait": "20ms",
+            "judge.loss_timeout": "10s",
+            **extra,
+        }
+    )
+
+
+async def test_every_partition_is_delivered(broker: EmbeddedBroker, topic: str) -> None:
+    tally = Tally("kafka")
+    probe = TargetProbe(
+        _config(broker, topic, **{"kafka.partitions": 5}), generate_key_ring(), [tally]
+    )
+    await probe.connect(give_up_after=10)
+    consumer = asyncio.create_task(probe.consume())
+    try:
+        assert probe.partitions == [0, 1, 2, 3, 4]
+        for _ in range(2):
+            await probe.produce_round()
+        await _wait_until(lambda: probe.judge.pending_count() == 0, 10, "every fate")
+    finally:
+        consumer.cancel()
+        await probe.close()
+    outcomes = tally.stages[CONSUMER_STAGE].outcomes
+    assert outcomes == {Outcome.DELIVERED.value: 10}
+    # Each partition's stream saw its own canaries: staleness is tracked per partition.
+    assert sorted(key.partition for key in probe.judge.streams()) == [0, 1, 2, 3, 4]
+
+
+@dataclass
+class Findings:
+    """A recorder keeping every finding, to assert per partition."""
+
+    fates: list[Fate] = field(default_factory=list)
+
+    def count(self, target: str, stage: str, findings: Sequence[Finding]) -> None:
+        self.fates.extend(f for f in findings if isinstance(f, Fate))
+
+    def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None:
+        raise AssertionError(f"unexpected invalid record: {reason}")
+
+    def delivered_on(self, partition: int) -> int:
+        return sum(
+            1 for f in self.fates if f.key.partition == partition and f.outcome is Outcome.DELIVERED
+        )
+
+
+async def test_added_partitions_are_covered(broker: EmbeddedBroker, topic: str) -> None:
+    """Partitions that appear later get canaries, read from their beginning.
+
+    The embedded broker has no CreatePartitions, so the topic is recreated with more
+    partitions; the two new partitions must be covered from their first canary on.
+    """
+    findings = Findings()
+    probe = TargetProbe(
+        _config(broker, topic, **{"kafka.partitions": 2}), generate_key_ring(), [findings]
+    )
+    await probe.connect(give_up_after=10)
+    consumer = asyncio.create_task(probe.consume())
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    await admin.start()
+    try:
+        await probe.produce_round()
+        await _wait_until(lambda: probe.judge.pending_count() == 0, 10, "first round")
+        assert probe.partitions == [0, 1]
+        await admin.delete_topics([topic])
+        await admin.create_topics([NewTopic(topic, 4, 1)])
+        for _ in range(2):
+            await probe.produce_round()
+        assert probe.partitions == [0, 1, 2, 3]
+        await _wait_until(
+            lambda: findings.delivered_on(2) == 2 and findings.delivered_on(3) == 2,
+            10,
+            "both canaries on each new partition",
+        )
+    finally:
+        await admin.close()
+        consumer.cancel()
+        await probe.close()
+    assert sorted(key.partition for key in probe.judge.streams()) == [0, 1, 2, 3]
+
+
+async def test_loss_is_detected_at_the_tail(broker: EmbeddedBroker, topic: str) -> None:
+    """A canary acknowledged and then never read back is lost after the loss timeout."""
+    tally = Tally("kafka")
+    config = _config(broker, topic, **{"kafka.partitions": 1, "judge.freshness": "1s",
+                                        "judge.loss_timeout": "1s"})
+    probe = TargetProbe(config, generate_key_ring(), [tally])
+    await probe.connect(give_up_after=10)
+    # No consumer task: the canary is acknowledged but nothing reads it.
+    try:
+        await probe.produce_round()
+        assert probe.judge.pending_count() == 1
+        await _wait_until(
+            lambda: (probe.stage.expire(time.time_ns()), probe.judge.pending_count() == 0)[1],
+            5,
+            "loss timeout",
+        )
+    finally:
+        await probe.close()
+    assert tally.stages[CONSUMER_STAGE].outcomes == {Outcome.LOST.value: 1}
