@@ -124,15 +124,6 @@ class TargetProbe:
         except TransportError as exc:
             self._set_ready(False, str(exc))
             raise
-        try:
-            if self.config.kafka.create_topic and await transport.ensure_topic(
-                self.config.kafka.partitions, self.config.kafka.replication_factor
-            ):
-                log.info("created topic %s", self.config.kafka.topic)
-        except TransportError as exc:
-            await transport.close()
-            self._set_ready(False, str(exc))
-            raise
         self.transport = transport
         self.producer = CanaryProducer(
             own=self.own,
@@ -155,16 +146,22 @@ class TargetProbe:
     async def refresh(self) -> list[int]:
         """The topic's partitions, covered by the consumer. Keeps the last list on failure."""
         assert self.transport is not None, "connect() first"
+        kafka = self.config.kafka
         try:
-            async with asyncio.timeout(self.config.kafka.send_timeout):
+            async with asyncio.timeout(kafka.send_timeout):
                 partitions = await self.transport.partitions()
+                # A topic can vanish (deleted, or a broker that lost its storage);
+                # with create_topic the probe puts it back rather than going silent.
+                if not partitions and kafka.create_topic:
+                    await self.transport.ensure_topic(kafka.partitions, kafka.replication_factor)
+                    partitions = await self.transport.partitions()
                 if partitions:
                     await self.transport.cover(partitions)
         except (TransportError, TimeoutError) as exc:
             self._set_ready(False, f"metadata refresh failed: {exc or 'timeout'}")
             return self.partitions
         if not partitions:
-            self._set_ready(False, f"topic {self.config.kafka.topic} not found")
+            self._set_ready(False, f"topic {kafka.topic} not found")
             return self.partitions
         if partitions != self.partitions:
             log.info("target %s: partitions %s", self.target, partitions)
@@ -172,7 +169,7 @@ class TargetProbe:
         self.stage.watch(partitions, self._clock_ns())
         if self._metrics is not None:
             self._metrics.partitions.labels(self.target).set(len(partitions))
-        self._set_ready(True, f"topic {self.config.kafka.topic}: {len(partitions)} partitions")
+        self._set_ready(True, f"topic {kafka.topic}: {len(partitions)} partitions")
         return partitions
 
     async def produce_round(self) -> None:

@@ -29,9 +29,7 @@ T = TypeVar("T")
 SLA_PROBE = str(Path(sys.executable).with_name("sla-probe"))
 
 
-def wait_for(
-    condition: Callable[[], T], *, timeout: float, what: str, every: float = 0.05
-) -> T:
+def wait_for(condition: Callable[[], T], *, timeout: float, what: str, every: float = 0.05) -> T:
     """Poll until condition() is truthy; return its value or fail after timeout."""
     deadline = time.monotonic() + timeout
     last: T | None = None
@@ -94,7 +92,10 @@ def http_status(port: int, path: str) -> int:
         return 0
 
 
-def sample(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float:
     """Sum of the samples of `name` whose labels include `labels`."""
     return sum(
         value

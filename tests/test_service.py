@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 from collections.abc import Callable
@@ -12,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from probe.canary import decode, encode
-from probe.embedded import EmbeddedBroker
+from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.keys import KeyRing, generate_key_ring
 from tests.conftest import SLA_PROBE, RunningProbe, http_status, sample, wait_for
 
@@ -21,18 +22,28 @@ FAST = ["--interval", "1s", "--fetch-max-wait", "20ms", "--send-timeout", "2s", 
 
 def _run_args(broker: EmbeddedBroker, topic: str, key_file: Path, *extra: str) -> list[str]:
     return [
-        "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic,
-        "--signing-key-file", str(key_file), "--probe-id", "probe-under-test", *FAST, *extra,
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--topic",
+        topic,
+        "--signing-key-file",
+        str(key_file),
+        "--probe-id",
+        "probe-under-test",
+        *FAST,
+        *extra,
     ]
 
 
 def _read_one_canary(broker: EmbeddedBroker, topic: str, partition: int) -> bytes:
     """The first record of a partition, read by an independent client (librdkafka)."""
-    consumer = Consumer({
-        "bootstrap.servers": broker.bootstrap_servers,
-        "group.id": "independent-reader",
-        "enable.auto.commit": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": "independent-reader",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, partition, 0)])
         message = wait_for(
@@ -163,7 +174,10 @@ def test_sigterm_stops_within_five_seconds(
 def test_run_refuses_to_start_without_a_key(broker: EmbeddedBroker, topic: str) -> None:
     result = subprocess.run(
         [SLA_PROBE, "run", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
@@ -174,7 +188,11 @@ def test_run_with_an_ephemeral_key_when_told(
     broker: EmbeddedBroker, topic: str, start_probe: Callable[..., RunningProbe]
 ) -> None:
     probe = start_probe(
-        "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic, *FAST,
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--topic",
+        topic,
+        *FAST,
         "--allow-ephemeral-key",
     )
     wait_for(lambda: probe.canaries("delivered") >= 1, timeout=30, what="a delivered canary")
@@ -194,13 +212,23 @@ def test_once_exits_zero_on_the_embedded_broker() -> None:
 
 
 def test_once_exits_one_when_the_broker_is_unreachable(topic: str) -> None:
-    from probe.embedded import free_loopback_port
-
     result = subprocess.run(
-        [SLA_PROBE, "once", "--json", "--bootstrap-servers", f"127.0.0.1:{free_loopback_port()}",
-         "--topic", topic, "--interval", "100ms"],
-        capture_output=True, text=True, timeout=120, check=False,
-        env={**__import__("os").environ, "SLA_PROBE_SEND_TIMEOUT": "1s"},
+        [
+            SLA_PROBE,
+            "once",
+            "--json",
+            "--bootstrap-servers",
+            f"127.0.0.1:{free_loopback_port()}",
+            "--topic",
+            topic,
+            "--interval",
+            "100ms",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "SLA_PROBE_SEND_TIMEOUT": "1s"},
     )
     assert result.returncode == 1
     assert json.loads(result.stdout)["ok"] is False

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from probe.config import load
+from probe.config import ProbeConfig, load
 from probe.embedded import EmbeddedBroker
 from probe.errors import RejectReason
 from probe.judge import Fate, Finding, Outcome
@@ -18,14 +18,14 @@ from probe.report import Tally
 from probe.target import CONSUMER_STAGE, TargetProbe
 
 
-async def _wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
+async def _wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.02)
 
 
-def _config(broker: EmbeddedBroker, topic: str, **extra: object):  # type: ignore[no-untyped-def]
+def _config(broker: EmbeddedBroker, topic: str, **extra: object) -> ProbeConfig:
     return load(
         overrides={
             "kafka.bootstrap_servers": broker.bootstrap_servers,
@@ -115,8 +115,11 @@ async def test_added_partitions_are_covered(broker: EmbeddedBroker, topic: str) 
 async def test_loss_is_detected_at_the_tail(broker: EmbeddedBroker, topic: str) -> None:
     """A canary acknowledged and then never read back is lost after the loss timeout."""
     tally = Tally("kafka")
-    config = _config(broker, topic, **{"kafka.partitions": 1, "judge.freshness": "1s",
-                                        "judge.loss_timeout": "1s"})
+    config = _config(
+        broker,
+        topic,
+        **{"kafka.partitions": 1, "judge.freshness": "1s", "judge.loss_timeout": "1s"},
+    )
     probe = TargetProbe(config, generate_key_ring(), [tally])
     await probe.connect(give_up_after=10)
     # No consumer task: the canary is acknowledged but nothing reads it.

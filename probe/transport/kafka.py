@@ -152,6 +152,7 @@ class KafkaTransport:
             raise TransportError(f"cannot create topic {self._topic}: {exc}") from exc
         finally:
             await admin.close()
+        log.info("created topic %s", self._topic)
         return True
 
     async def cover(self, partitions: Sequence[int]) -> None:

@@ -1,0 +1,170 @@
+"""Metrics: names, zero series, scrape-time staleness, exposition formats, promtool lint."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from probe.canary import Canary
+from probe.embedded import EmbeddedBroker
+from probe.errors import RejectReason
+from probe.http import MetricsServer, build_app
+from probe.judge import Judge, JudgePolicy, OwnProbe, StreamKey
+from probe.metrics import ProbeMetrics, latency_buckets
+from tests.conftest import RunningProbe, sample, wait_for
+
+SECOND = 1_000_000_000
+OWN = OwnProbe("p1", incarnation=1)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ns = 0
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _stage(clock: Clock) -> tuple[CollectorRegistry, ProbeMetrics, Judge]:
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry, latency_thresholds=(0.5, 5.0), clock_ns=clock)
+    judge = Judge(JudgePolicy(freshness_ns=5 * SECOND, loss_timeout_ns=60 * SECOND), own=OWN)
+    metrics.declare_target("kafka")
+    metrics.declare_stage("kafka", "consumer", judge)
+    return registry, metrics, judge
+
+
+def test_every_slo_series_exists_at_zero() -> None:
+    registry, _, _ = _stage(Clock())
+    samples = _samples(registry)
+    for outcome in ("delivered", "late", "lost", "produce_failed"):
+        key = (
+            "synthetic_sla_canaries_total",
+            (("outcome", outcome), ("stage", "consumer"), ("target", "kafka")),
+        )
+        assert samples[key] == 0
+    for reason in RejectReason:
+        assert sample(samples, "synthetic_sla_invalid_total", reason=reason.value) == 0
+    assert (
+        "synthetic_sla_e2e_latency_seconds_bucket",
+        (("le", "0.5"), ("stage", "consumer"), ("target", "kafka")),
+    ) in samples
+    for name in ("duplicates", "out_of_order", "resurrected", "foreign"):
+        assert (
+            f"synthetic_sla_{name}_total",
+            (("stage", "consumer"), ("target", "kafka")),
+        ) in samples
+
+
+def test_buckets_include_the_slo_thresholds() -> None:
+    buckets = latency_buckets(0.3, 7.0)
+    assert 0.3 in buckets
+    assert 7.0 in buckets
+    assert list(buckets) == sorted(buckets)
+
+
+def test_findings_move_the_counters() -> None:
+    clock = Clock()
+    registry, metrics, judge = _stage(clock)
+    canary = Canary("p1", 1, "kafka", 0, 0, produced_ns=0)
+    metrics.count("kafka", "consumer", judge.on_acked(canary, 1_000))
+    metrics.count("kafka", "consumer", judge.on_arrived(canary, SECOND // 10))
+    metrics.count("kafka", "consumer", judge.on_arrived(canary, SECOND // 5))
+    metrics.count_invalid("kafka", "consumer", RejectReason.BAD_SIGNATURE)
+    samples = _samples(registry)
+    assert sample(samples, "synthetic_sla_canaries_total", outcome="delivered") == 1
+    assert sample(samples, "synthetic_sla_duplicates_total") == 1
+    assert sample(samples, "synthetic_sla_invalid_total", reason="bad_signature") == 1
+    assert sample(samples, "synthetic_sla_e2e_latency_seconds_count") == 1
+    assert sample(samples, "synthetic_sla_e2e_latency_seconds_sum") == 0.1
+
+
+def test_staleness_rises_at_scrape_time_while_silent() -> None:
+    clock = Clock()
+    registry, _, judge = _stage(clock)
+    judge.watch(StreamKey("p1", "kafka", 0), 0)
+    clock.now_ns = 5 * SECOND
+    assert sample(_samples(registry), "synthetic_sla_partition_staleness_seconds") == 5.0
+    # No event in between: the value is computed from the clock when scraped.
+    clock.now_ns = 90 * SECOND
+    assert sample(_samples(registry), "synthetic_sla_partition_staleness_seconds") == 90.0
+    canary = Canary("p1", 1, "kafka", 0, 0, produced_ns=89 * SECOND)
+    judge.on_arrived(canary, 90 * SECOND)
+    assert sample(_samples(registry), "synthetic_sla_partition_staleness_seconds") == 1.0
+
+
+async def test_openmetrics_when_asked_and_readiness() -> None:
+    registry, _, _ = _stage(Clock())
+    ready = {"value": False}
+    server = MetricsServer(build_app(registry, lambda: (ready["value"], "reason")), "127.0.0.1", 0)
+    await server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(
+                f"{base}/metrics", headers={"Accept": "application/openmetrics-text"}
+            ) as reply:
+                body = await reply.text()
+                assert reply.headers["Content-Type"].startswith("application/openmetrics-text")
+                assert body.rstrip().endswith("# EOF")
+            async with session.get(f"{base}/metrics") as reply:
+                assert reply.headers["Content-Type"].startswith("text/plain")
+            async with session.get(f"{base}/healthz") as reply:
+                assert reply.status == 200
+            async with session.get(f"{base}/readyz") as reply:
+                assert reply.status == 503
+            ready["value"] = True
+            async with session.get(f"{base}/readyz") as reply:
+                assert reply.status == 200
+    finally:
+        await server.stop()
+
+
+def _promtool_lint(text: str) -> subprocess.CompletedProcess[str]:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is installed by `make test` (Debian package prometheus)"
+    return subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+
+
+def test_promtool_finds_nothing_to_say_about_a_running_probe(
+    broker: EmbeddedBroker,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    probe = start_probe(
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--topic",
+        topic,
+        "--signing-key-file",
+        str(key_file),
+        "--interval",
+        "1s",
+        "--create-topic",
+    )
+    wait_for(lambda: probe.canaries("delivered") >= 3, timeout=30, what="canaries delivered")
+    with urllib.request.urlopen(f"http://127.0.0.1:{probe.port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    result = _promtool_lint(text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == ""
+    assert result.stderr.strip() == ""
