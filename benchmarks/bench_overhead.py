@@ -1,0 +1,190 @@
+"""Probe overhead: the probe's measured latency against a bare aiokafka round trip.
+
+Run: ``python benchmarks/bench_overhead.py [--fetch-wait-ms MS ...] [--blocks B] [--samples N]``
+
+One embedded broker, one process. For each consumer fetch max wait, blocks of the bare
+round trip (plain producer and consumer, one small record at a time) alternate with
+blocks of the probe (``TargetProbe``: signed canaries, the consumer stage and its
+judge), so machine noise hits both; every block has its own topic. Both sides stamp
+the same points: wall clock before the send, and right after ``getmany`` returns.
+The pooled medians are compared; the target is the probe within 1 ms of bare.
+
+The embedded broker (Tansu) answers a fetch only when its max wait runs out, so the
+fetch wait dominates both figures; that is the broker, not the probe. It also makes a
+latency depend on when in the fetch cycle a record is sent. Both sides therefore send
+the next record (round) as soon as the last one arrived, and the probe's rounds skip
+the metadata refresh of ``TargetProbe.produce_round()``: the refresh lies outside the
+measured latency, but its round trip would shift the probe's sends later in the
+cycle and make it look faster than bare. Figures only; speed is not asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from probe import tracing
+from probe.config import load
+from probe.embedded import EmbeddedBroker
+from probe.judge import Finding
+from probe.keys import generate_key_ring
+from probe.report import Tally
+from probe.target import CONSUMER_STAGE, TargetProbe
+
+TARGET_MS = 1.0
+PARTITIONS = 3
+# The first round of a block pays for fresh connections and metadata; not a sample.
+WARMUP = PARTITIONS
+ROUND_TIMEOUT = 10.0  # a record not back by then is lost: a broken run, not a slow one
+
+
+async def bare_block(servers: str, topic: str, wait_ms: int, samples: int) -> list[float]:
+    """Latencies (ms) of plain records sent one at a time, round-robin over partitions."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(
+        bootstrap_servers=servers, acks="all", linger_ms=0, enable_idempotence=False
+    )
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=servers,
+        group_id=None,
+        fetch_max_wait_ms=wait_ms,
+        enable_auto_commit=False,
+    )
+    await producer.start()
+    await consumer.start()
+    waiting: dict[bytes, asyncio.Future[int]] = {}
+
+    async def consume() -> None:
+        while True:
+            batch = await consumer.getmany(timeout_ms=1000)
+            at_ns = time.time_ns()
+            for records in batch.values():
+                for record in records:
+                    waiting.pop(record.value or b"").set_result(at_ns)
+
+    try:
+        partitions = sorted(await producer.partitions_for(topic))
+        assigned = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(assigned)
+        await consumer.seek_to_end(*assigned)
+        for tp in assigned:  # resolve positions now, not on the first fetch
+            await consumer.position(tp)
+        reader = asyncio.create_task(consume())
+        latencies: list[float] = []
+        for i in range(samples):
+            value = f"sample-{i}".encode()
+            arrived = waiting[value] = asyncio.get_running_loop().create_future()
+            sent_ns = time.time_ns()
+            await producer.send_and_wait(topic, value, partition=partitions[i % len(partitions)])
+            async with asyncio.timeout(ROUND_TIMEOUT):
+                latencies.append((await arrived - sent_ns) / 1e6)
+        reader.cancel()
+    finally:
+        await producer.stop()
+        await consumer.stop()
+    return latencies[WARMUP:]
+
+
+class _Signalling(Tally):
+    """A Tally that wakes the round loop as soon as a fate is recorded (no polling)."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(target)
+        self.recorded = asyncio.Event()
+
+    def count(self, target: str, stage: str, findings: Sequence[Finding]) -> None:
+        super().count(target, stage, findings)
+        self.recorded.set()
+
+
+async def probe_block(servers: str, topic: str, wait_ms: int, samples: int) -> list[float]:
+    """Latencies (ms) the probe itself measured: rounds of one canary per partition."""
+    config = load(
+        overrides={
+            "kafka.bootstrap_servers": servers,
+            "kafka.topic": topic,
+            "kafka.create_topic": True,
+            "kafka.partitions": PARTITIONS,
+            "kafka.fetch_max_wait": f"{wait_ms}ms",
+        }
+    )
+    tally = _Signalling(config.target)
+    target = TargetProbe(config, generate_key_ring(), [tally])
+    await target.connect(give_up_after=ROUND_TIMEOUT)  # creates and covers the topic
+    assert target.producer is not None
+    consumer = asyncio.create_task(target.consume())
+    try:
+        for _ in range(-(-samples // len(target.partitions))):
+            await target.producer.produce_round(target.partitions)
+            async with asyncio.timeout(ROUND_TIMEOUT):
+                while target.judge.pending_count() > 0:
+                    tally.recorded.clear()
+                    await tally.recorded.wait()
+    finally:
+        consumer.cancel()
+        await target.close()
+    if not tally.ok:  # a lost, late or invalid canary: the probe is broken here
+        raise SystemExit(f"probe block {topic} not ok: {tally.to_json()}")
+    return tally.stages[CONSUMER_STAGE].latencies_ms[WARMUP:]
+
+
+async def compare(servers: str, wait_ms: int, blocks: int, samples: int) -> None:
+    pooled: dict[str, list[float]] = {"bare": [], "probe": []}
+    for block in range(blocks):
+        # Alternate which side goes first, so neither always runs on a warmer machine.
+        order = ("bare", "probe") if block % 2 == 0 else ("probe", "bare")
+        medians = {}
+        for side in order:
+            run = bare_block if side == "bare" else probe_block
+            topic = f"bench-overhead-{side}-{wait_ms}ms-{block}-{time.time_ns()}"
+            latencies = await run(servers, topic, wait_ms, samples)
+            pooled[side] += latencies
+            medians[side] = statistics.median(latencies)
+        print(
+            f"  block {block + 1}: bare {medians['bare']:6.2f} ms  probe {medians['probe']:6.2f} ms"
+        )
+    bare, probe = (statistics.median(pooled[side]) for side in ("bare", "probe"))
+    # Within means either way: a probe faster than bare would be a measurement error.
+    verdict = "met" if abs(probe - bare) <= TARGET_MS else "MISSED"
+    print(
+        f"fetch wait {wait_ms} ms: bare median {bare:.2f} ms, probe median {probe:.2f} ms "
+        f"({len(pooled['probe'])} vs {len(pooled['bare'])} samples); "
+        f"probe - bare {probe - bare:+.2f} ms, ratio {probe / bare:.3f} "
+        f"(target within {TARGET_MS:g} ms: {verdict})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--fetch-wait-ms", type=int, nargs="+", default=[1, 100], help="consumer fetch max waits"
+    )
+    parser.add_argument("--blocks", type=int, default=4, help="blocks per side and fetch wait")
+    parser.add_argument("--samples", type=int, default=210, help="records per block")
+    options = parser.parse_args()
+
+    tracing.install_tracer_provider()  # as `sla-probe` does: real spans, real cost
+    print(
+        f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"embedded broker, {options.blocks} blocks x {options.samples} records per side"
+    )
+    with EmbeddedBroker() as broker:
+        for wait_ms in options.fetch_wait_ms:
+            asyncio.run(compare(broker.bootstrap_servers, wait_ms, options.blocks, options.samples))
+
+
+if __name__ == "__main__":
+    main()
