@@ -207,6 +207,12 @@ def load(path: Path | None = None, overrides: dict[str, object] | None = None) -
     for dotted, value in (overrides or {}).items():
         _set_path(tree, dotted, value)
     try:
-        return ProbeConfig.model_validate(tree)
+        config = ProbeConfig.model_validate(tree)
     except ValidationError as exc:
         raise _first_error(exc) from None
+    # Across sections: a canary cannot be lost before it could have been late.
+    if config.once.loss_timeout < config.judge.freshness:
+        raise ConfigError(
+            "once.loss_timeout", f"must be >= judge.freshness ({config.judge.freshness:g}s)"
+        )
+    return config

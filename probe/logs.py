@@ -28,6 +28,9 @@ def configure(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # Client libraries log every reconnect attempt; the probe reports outages itself.
+    # Client libraries log every reconnect attempt at ERROR; the probe reports an
+    # outage once, as a readiness change, so their lines only help when debugging.
     for noisy in ("aiokafka", "kafka"):
-        logging.getLogger(noisy).setLevel(max(logging.ERROR, root.level))
+        logging.getLogger(noisy).setLevel(
+            root.level if root.level <= logging.DEBUG else logging.CRITICAL
+        )

@@ -48,6 +48,8 @@ async def probe_once(config: ProbeConfig, keyring: KeyRing) -> Tally:
     target = TargetProbe(config, keyring, [tally], loss_timeout=once.loss_timeout)
     # Give the broker as long as one canary may take before calling the run failed.
     await target.connect(give_up_after=once.loss_timeout)
+    if not target.partitions:
+        raise TransportError(target.readiness()[1])
     consumer = asyncio.create_task(target.consume())
     try:
         start = time.monotonic()

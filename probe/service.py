@@ -24,9 +24,11 @@ from probe.target import TargetProbe
 
 log = logging.getLogger(__name__)
 
-# Every task gets this long to finish after a stop signal; the whole stop stays
-# well inside the 5 s a container runtime usually allows before SIGKILL.
-STOP_GRACE = 3.0
+# After a stop signal, tasks get TASK_GRACE to finish and the broker connections
+# CLOSE_GRACE to close: the whole stop stays inside 5 s, including a broker that is
+# gone and never answers.
+TASK_GRACE = 1.5
+CLOSE_GRACE = 2.5
 
 
 def probe_version() -> str:
@@ -78,8 +80,8 @@ async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | Non
     log.info("stopping")
     for task in [*tasks, stopped]:
         task.cancel()
-    await asyncio.wait([*tasks, stopped], timeout=STOP_GRACE)
+    await asyncio.wait([*tasks, stopped], timeout=TASK_GRACE)
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(STOP_GRACE):
+        async with asyncio.timeout(CLOSE_GRACE):
             await target.close()
     await server.stop()

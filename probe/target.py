@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from tenacity import (
     AsyncRetrying,
-    before_sleep_log,
+    RetryCallState,
     retry_if_exception_type,
     stop_after_delay,
     stop_never,
@@ -110,12 +110,16 @@ class TargetProbe:
             retry=retry_if_exception_type(TransportError),
             wait=wait_exponential(multiplier=0.25, max=30),
             stop=stop_never if give_up_after is None else stop_after_delay(give_up_after),
-            before_sleep=before_sleep_log(log, logging.WARNING),
+            before_sleep=self._log_retry,
             reraise=True,
         )
         async for attempt in retrying:
             with attempt:
                 await self._connect_once()
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        delay = state.next_action.sleep if state.next_action else 0.0
+        log.warning("target %s: %s; retrying in %.1fs", self.target, self._reason, delay)
 
     async def _connect_once(self) -> None:
         transport = KafkaTransport(self.config.kafka)

@@ -251,3 +251,25 @@ def test_bad_config_exits_two_naming_the_field(args: list[str], field: str) -> N
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert field in lines[0]
+
+
+def test_unreachable_broker_alive_not_ready_and_stops_in_time(
+    topic: str, key_file: Path, start_probe: Callable[..., RunningProbe]
+) -> None:
+    """No broker at all: the service keeps retrying, alive but not ready, and stops on time."""
+    nowhere = f"127.0.0.1:{free_loopback_port()}"
+    probe = start_probe(
+        "--bootstrap-servers",
+        nowhere,
+        "--topic",
+        topic,
+        "--signing-key-file",
+        str(key_file),
+        *FAST,
+    )
+    wait_for(lambda: http_status(probe.port, "/readyz") == 503, timeout=10, what="not ready")
+    assert http_status(probe.port, "/healthz") == 200
+    assert sample(probe.metrics(), "synthetic_sla_target_ready") == 0
+    took = probe.stop()
+    assert probe.process.returncode == 0
+    assert took < 5.0
