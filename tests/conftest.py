@@ -104,6 +104,16 @@ def sample(samples: Samples, name: str, **labels: str) -> float:
     )
 
 
+def run_args(bootstrap_servers: str, topic: str, key_file: Path | None) -> list[str]:
+    """Flags for a quick `sla-probe run`: one-second rounds, short timeouts."""
+    key = ["--signing-key-file", str(key_file)] if key_file else []
+    return [
+        "--bootstrap-servers", bootstrap_servers, "--topic", topic, *key,
+        "--probe-id", "probe-under-test", "--interval", "1s", "--fetch-max-wait", "20ms",
+        "--send-timeout", "2s", "--create-topic",
+    ]  # fmt: skip
+
+
 @dataclass
 class RunningProbe:
     process: subprocess.Popen[bytes]

@@ -18,7 +18,7 @@ from probe.errors import RejectReason
 from probe.http import MetricsServer, build_app
 from probe.judge import Judge, JudgePolicy, OwnProbe, StreamKey
 from probe.metrics import ProbeMetrics, latency_buckets
-from tests.conftest import RunningProbe, sample, wait_for
+from tests.conftest import RunningProbe, run_args, sample, wait_for
 
 SECOND = 1_000_000_000
 OWN = OwnProbe("p1", incarnation=1)
@@ -150,17 +150,7 @@ def test_promtool_finds_nothing_to_say_about_a_running_probe(
     key_file: Path,
     start_probe: Callable[..., RunningProbe],
 ) -> None:
-    probe = start_probe(
-        "--bootstrap-servers",
-        broker.bootstrap_servers,
-        "--topic",
-        topic,
-        "--signing-key-file",
-        str(key_file),
-        "--interval",
-        "1s",
-        "--create-topic",
-    )
+    probe = start_probe(*run_args(broker.bootstrap_servers, topic, key_file))
     wait_for(lambda: probe.canaries("delivered") >= 3, timeout=30, what="canaries delivered")
     with urllib.request.urlopen(f"http://127.0.0.1:{probe.port}/metrics", timeout=5) as reply:
         text = reply.read().decode()

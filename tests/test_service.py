@@ -15,24 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from probe.canary import decode, encode
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.keys import KeyRing, generate_key_ring
-from tests.conftest import SLA_PROBE, RunningProbe, http_status, sample, wait_for
-
-FAST = ["--interval", "1s", "--fetch-max-wait", "20ms", "--send-timeout", "2s", "--create-topic"]
-
-
-def _run_args(broker: EmbeddedBroker, topic: str, key_file: Path, *extra: str) -> list[str]:
-    return [
-        "--bootstrap-servers",
-        broker.bootstrap_servers,
-        "--topic",
-        topic,
-        "--signing-key-file",
-        str(key_file),
-        "--probe-id",
-        "probe-under-test",
-        *FAST,
-        *extra,
-    ]
+from tests.conftest import SLA_PROBE, RunningProbe, http_status, run_args, sample, wait_for
 
 
 def _read_one_canary(broker: EmbeddedBroker, topic: str, partition: int) -> bytes:
@@ -74,7 +57,9 @@ def test_hostile_records_are_counted_never_delivered(
 ) -> None:
     config = tmp_path / "probe.yaml"
     config.write_text("canary:\n  max_size: 4096\n")
-    probe = start_probe(*_run_args(broker, topic, key_file), "--config", str(config))
+    probe = start_probe(
+        *run_args(broker.bootstrap_servers, topic, key_file), "--config", str(config)
+    )
     wait_for(lambda: probe.canaries("delivered") >= 3, timeout=30, what="canaries delivered")
 
     keyring = KeyRing.from_json(key_file.read_text())
@@ -137,7 +122,7 @@ def _fields(canary: object) -> dict[str, object]:
 def test_broker_outage_is_measured_survived_and_recovered(
     own_broker: EmbeddedBroker, topic: str, key_file: Path, start_probe: Callable[..., RunningProbe]
 ) -> None:
-    probe = start_probe(*_run_args(own_broker, topic, key_file))
+    probe = start_probe(*run_args(own_broker.bootstrap_servers, topic, key_file))
     wait_for(lambda: probe.canaries("delivered") >= 3, timeout=30, what="canaries delivered")
 
     own_broker.stop()
@@ -164,7 +149,7 @@ def test_broker_outage_is_measured_survived_and_recovered(
 def test_sigterm_stops_within_five_seconds(
     broker: EmbeddedBroker, topic: str, key_file: Path, start_probe: Callable[..., RunningProbe]
 ) -> None:
-    probe = start_probe(*_run_args(broker, topic, key_file))
+    probe = start_probe(*run_args(broker.bootstrap_servers, topic, key_file))
     wait_for(lambda: probe.canaries("delivered") >= 1, timeout=30, what="a delivered canary")
     took = probe.stop()
     assert probe.process.returncode == 0
@@ -187,14 +172,7 @@ def test_run_refuses_to_start_without_a_key(broker: EmbeddedBroker, topic: str) 
 def test_run_with_an_ephemeral_key_when_told(
     broker: EmbeddedBroker, topic: str, start_probe: Callable[..., RunningProbe]
 ) -> None:
-    probe = start_probe(
-        "--bootstrap-servers",
-        broker.bootstrap_servers,
-        "--topic",
-        topic,
-        *FAST,
-        "--allow-ephemeral-key",
-    )
+    probe = start_probe(*run_args(broker.bootstrap_servers, topic, None), "--allow-ephemeral-key")
     wait_for(lambda: probe.canaries("delivered") >= 1, timeout=30, what="a delivered canary")
 
 
@@ -258,15 +236,7 @@ def test_unreachable_broker_alive_not_ready_and_stops_in_time(
 ) -> None:
     """No broker at all: the service keeps retrying, alive but not ready, and stops on time."""
     nowhere = f"127.0.0.1:{free_loopback_port()}"
-    probe = start_probe(
-        "--bootstrap-servers",
-        nowhere,
-        "--topic",
-        topic,
-        "--signing-key-file",
-        str(key_file),
-        *FAST,
-    )
+    probe = start_probe(*run_args(nowhere, topic, key_file))
     wait_for(lambda: http_status(probe.port, "/readyz") == 503, timeout=10, what="not ready")
     assert http_status(probe.port, "/healthz") == 200
     assert sample(probe.metrics(), "synthetic_sla_target_ready") == 0
