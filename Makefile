@@ -35,7 +35,7 @@ system-deps:
 # Every Python package comes from uv.lock, exactly.
 python-deps:
 	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
-	$(UV) sync --frozen --python $(PYTHON)
+	$(UV) sync --frozen --all-extras --python $(PYTHON)
 
 lint: python-deps
 	$(VENV)/bin/ruff check .
