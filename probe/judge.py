@@ -467,6 +467,11 @@ class Judge:
     def staleness_ns(self, now_ns: int) -> dict[StreamKey, int]:
         return {key: state.staleness_ns(now_ns) for key, state in self._streams.items()}
 
+    def next_deadline_ns(self) -> int | None:
+        """The earliest loss deadline of any pending canary (when `expire` next matters)."""
+        deadlines = [d for state in self._streams.values() for d in state.pending.values()]
+        return min(deadlines, default=None)
+
     def pending_count(self) -> int:
         """Canaries acked or implied whose fate is not decided yet."""
         return sum(len(state.pending) for state in self._streams.values())

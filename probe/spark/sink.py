@@ -1,0 +1,518 @@
+"""The Spark sink stage: canaries judged where they land, after a stream processor.
+
+The query::
+
+    sla_kafka source ─▶ decode + verify (executors, mapInPandas)
+        ├─ valid ─▶ watermark(produced_at) ─▶ judge per (probe, target, partition)
+        │           (transformWithStateInPandas, state in Spark's state store,
+        │            processing-time timers expire losses of silent partitions)
+        └─ invalid ─────────────────────────────────┐
+                                                    ▼
+                     foreachBatch: canaries ▶ <path>/canaries (Parquet, with sink commit time)
+                                   rejected ▶ <path>/quarantine (Parquet, with reason)
+                                   verdicts ▶ <path>/verdicts   (Parquet: one fate per canary)
+                                   findings ▶ recorders (metrics, the `once` report)
+
+The judge is the same pure :class:`probe.judge.Judge` the consumer stage uses, fed the
+batch's processing time, so a batch replayed after a failure is judged identically.
+Each batch writes its own ``batch_id=N`` directory with overwrite, so a replayed batch
+replaces its output instead of adding to it: with the offsets and the judge state in
+the checkpoint, a restarted query judges no canary twice and skips none.
+
+Nothing here uses the driver's local disk or process beyond Spark's own APIs: the
+tables and the checkpoint may be on any Hadoop-compatible file system, and the codec
+and key ring travel to the executors inside the decode function's closure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.stateful_processor import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from probe.canary import Canary
+from probe.errors import RejectReason
+from probe.judge import (
+    Anomaly,
+    AnomalyKind,
+    Fate,
+    Finding,
+    Judge,
+    JudgePolicy,
+    Outcome,
+    StreamKey,
+)
+from probe.keys import KeyRing
+from probe.spark.health import HealthListener, SparkHealth
+from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource
+from probe.stage import Recorder
+
+log = logging.getLogger(__name__)
+
+SINK_STAGE = "sink"
+
+DECODED = StructType(
+    [
+        StructField("probe_id", StringType()),
+        StructField("target", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("incarnation", LongType()),
+        StructField("seq", LongType()),
+        StructField("produced_ns", LongType()),
+        StructField("produced_at", TimestampType()),
+        StructField("trace_context", StringType()),
+        StructField("reason", StringType()),  # null for a valid canary
+        StructField("kafka_partition", IntegerType()),
+        StructField("kafka_offset", LongType()),
+        StructField("value", BinaryType()),  # kept for rejected records only
+    ]
+)
+
+# What the judge emits; `kind` says which columns mean something:
+#   canary   a valid arrival (every one, duplicates included) for the canaries table
+#   fate     outcome = delivered | late | lost | produce_failed
+#   anomaly  outcome = duplicate | out_of_order | resurrected
+#   invalid  outcome = the rejection reason; value = the raw record
+JUDGED = StructType(
+    [
+        StructField("kind", StringType()),
+        StructField("probe_id", StringType()),
+        StructField("target", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("incarnation", LongType()),
+        StructField("seq", LongType()),
+        StructField("produced_ns", LongType()),
+        StructField("outcome", StringType()),
+        StructField("judged_ns", LongType()),
+        StructField("kafka_partition", IntegerType()),
+        StructField("kafka_offset", LongType()),
+        StructField("trace_context", StringType()),
+        StructField("value", BinaryType()),
+    ]
+)
+
+
+def decode_batches(
+    keyring_json: str, max_size: int
+) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """The executor-side decoder for mapInPandas. Never raises for hostile bytes."""
+
+    def decode_frames(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        from probe.canary import decode  # noqa: PLC0415 - runs on the executors
+        from probe.errors import CanaryRejected  # noqa: PLC0415
+
+        keyring = KeyRing.from_json(keyring_json)
+        for frame in frames:
+            rows = []
+            for kafka_partition, offset, value in zip(
+                frame["partition"], frame["offset"], frame["value"], strict=True
+            ):
+                payload = bytes(value) if value is not None else b""
+                try:
+                    canary = decode(payload, keyring, max_size=max_size)
+                except CanaryRejected as rejected:
+                    rows.append(_rejected_row(rejected, int(kafka_partition), int(offset), payload))
+                    continue
+                rows.append(
+                    {
+                        "probe_id": canary.probe_id,
+                        "target": canary.target,
+                        "partition": canary.partition,
+                        "incarnation": canary.incarnation,
+                        "seq": canary.seq,
+                        "produced_ns": canary.produced_ns,
+                        "produced_at": _event_time(canary.produced_ns),
+                        "trace_context": canary.trace_context,
+                        "reason": None,
+                        "kafka_partition": int(kafka_partition),
+                        "kafka_offset": int(offset),
+                        "value": None,
+                    }
+                )
+            yield pd.DataFrame(rows, columns=DECODED.fieldNames())
+
+    return decode_frames
+
+
+# Spark timestamps are microseconds; pandas' range ends in 2262.
+_MAX_EVENT_US = 9_000_000_000_000_000
+
+
+def _event_time(produced_ns: int) -> pd.Timestamp:
+    return pd.Timestamp(min(produced_ns // 1000, _MAX_EVENT_US), unit="us", tz="UTC")
+
+
+def _rejected_row(
+    rejected: Any, kafka_partition: int, offset: int, payload: bytes
+) -> dict[str, object]:
+    return {
+        "probe_id": rejected.claimed_probe_id,
+        "target": None,
+        "partition": None,
+        "incarnation": None,
+        "seq": None,
+        "produced_ns": None,
+        "produced_at": None,
+        "trace_context": None,
+        "reason": rejected.reason.value,
+        "kafka_partition": kafka_partition,
+        "kafka_offset": offset,
+        # A record too large to be a canary is not worth keeping whole.
+        "value": payload[:65536],
+    }
+
+
+class JudgeProcessor(StatefulProcessor):
+    """The judge as a Spark stateful operator, one instance per (probe, target, partition).
+
+    State: the stream's :class:`probe.judge.StreamState` as JSON in a value state.
+    A processing-time timer is kept at the earliest loss deadline, so canaries implied
+    by a sequence gap are declared lost even if the partition falls silent.
+    """
+
+    def __init__(self, freshness_ns: int, loss_timeout_ns: int) -> None:
+        self.policy = JudgePolicy(freshness_ns=freshness_ns, loss_timeout_ns=loss_timeout_ns)
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("judge", StructType([StructField("json", StringType())]))
+
+    def _judge(self, key: StreamKey) -> Judge:
+        judge = Judge(self.policy)
+        if self.state.exists():
+            stored = self.state.get()
+            assert stored is not None
+            judge.import_state(key, json.loads(stored[0]))
+        return judge
+
+    def _save(self, judge: Judge, key: StreamKey) -> None:
+        exported = judge.export_state(key)
+        if exported is not None:
+            self.state.update((json.dumps(exported),))
+        for timer in list(self.handle.listTimers()):
+            self.handle.deleteTimer(timer)
+        deadline = judge.next_deadline_ns()
+        if deadline is not None:
+            self.handle.registerTimer(deadline // 1_000_000 + 1)
+
+    def handleInputRows(
+        self, key: tuple[Any, ...], rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        stream = StreamKey(str(key[0]), str(key[1]), int(key[2]))
+        now_ns = timerValues.getCurrentProcessingTimeInMs() * 1_000_000
+        judge = self._judge(stream)
+        out: list[dict[str, object]] = []
+        arrivals = pd.concat(list(rows)).sort_values(["kafka_partition", "kafka_offset"])
+        for row in arrivals.itertuples(index=False):
+            canary = Canary(
+                probe_id=stream.probe_id,
+                incarnation=int(row.incarnation),
+                target=stream.target,
+                partition=stream.partition,
+                seq=int(row.seq),
+                produced_ns=int(row.produced_ns),
+                trace_context=row.trace_context,
+            )
+            out.append(_judged_row("canary", canary, None, now_ns, row))
+            out.extend(
+                _finding_row(f, canary.incarnation, now_ns, row, canary.produced_ns)
+                for f in judge.on_arrived(canary, now_ns)
+            )
+        out.extend(_finding_row(f, None, now_ns, None, None) for f in judge.expire(now_ns))
+        self._save(judge, stream)
+        yield pd.DataFrame(out, columns=JUDGED.fieldNames())
+
+    def handleExpiredTimer(
+        self, key: tuple[Any, ...], timerValues: TimerValues, expiredTimerInfo: Any
+    ) -> Iterator[pd.DataFrame]:
+        stream = StreamKey(str(key[0]), str(key[1]), int(key[2]))
+        now_ns = timerValues.getCurrentProcessingTimeInMs() * 1_000_000
+        judge = self._judge(stream)
+        out = [_finding_row(f, None, now_ns, None, None) for f in judge.expire(now_ns)]
+        self._save(judge, stream)
+        yield pd.DataFrame(out, columns=JUDGED.fieldNames())
+
+    def close(self) -> None:
+        pass
+
+
+def _judged_row(
+    kind: str, canary: Canary, outcome: str | None, now_ns: int, row: Any
+) -> dict[str, object]:
+    return {
+        "kind": kind,
+        "probe_id": canary.probe_id,
+        "target": canary.target,
+        "partition": canary.partition,
+        "incarnation": canary.incarnation,
+        "seq": canary.seq,
+        "produced_ns": canary.produced_ns,
+        "outcome": outcome,
+        "judged_ns": now_ns,
+        "kafka_partition": row.kafka_partition,
+        "kafka_offset": row.kafka_offset,
+        "trace_context": canary.trace_context,
+        "value": None,
+    }
+
+
+def _finding_row(
+    finding: Finding,
+    incarnation: int | None,
+    now_ns: int,
+    row: Any,
+    produced_ns: int | None,
+) -> dict[str, object]:
+    is_fate = isinstance(finding, Fate)
+    return {
+        "kind": "fate" if is_fate else "anomaly",
+        "probe_id": finding.key.probe_id,
+        "target": finding.key.target,
+        "partition": finding.key.partition,
+        "incarnation": incarnation,
+        "seq": finding.seq,
+        "produced_ns": produced_ns,
+        "outcome": finding.outcome.value if isinstance(finding, Fate) else finding.kind.value,
+        "judged_ns": now_ns,
+        "kafka_partition": None if row is None else row.kafka_partition,
+        "kafka_offset": None if row is None else row.kafka_offset,
+        "trace_context": None,
+        "value": None,
+    }
+
+
+@dataclass
+class SinkFreshness:
+    """Per stream, the produce time of the freshest canary committed to the sink table.
+
+    Its staleness (now minus that time) is what the sink stage exports per partition:
+    it rises while a partition is silent *or* while the sink is held up, which the
+    consumer stage cannot see. Updated from Spark's batch thread, read at scrape time.
+    """
+
+    started_ns: int
+    _freshest: dict[StreamKey, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def watch(self, key: StreamKey, now_ns: int) -> None:
+        with self._lock:
+            self._freshest.setdefault(key, now_ns)
+
+    def committed(self, key: StreamKey, produced_ns: int) -> None:
+        with self._lock:
+            self._freshest[key] = max(produced_ns, self._freshest.get(key, produced_ns))
+
+    def staleness_ns(self, now_ns: int) -> dict[StreamKey, int]:
+        with self._lock:
+            return {key: max(0, now_ns - ns) for key, ns in self._freshest.items()}
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    bootstrap_servers: str
+    topic: str
+    path: str  # tables live under it: canaries/, quarantine/, verdicts/, _checkpoint/
+    target: str
+    freshness_s: float
+    loss_timeout_s: float
+    allowed_lateness_s: float = 60.0
+    trigger_s: float = 2.0
+    max_records_per_batch: int | None = 10_000
+    starting_offsets: str = "latest"
+    max_size: int = 1_048_576
+    checkpoint: str | None = None
+    kafka_options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def checkpoint_location(self) -> str:
+        return self.checkpoint or f"{self.path.rstrip('/')}/_checkpoint"
+
+    def table(self, name: str) -> str:
+        return f"{self.path.rstrip('/')}/{name}"
+
+
+class SinkJob:
+    """Builds and runs the sink query; turns each committed batch into findings.
+
+    :meth:`hold` pauses batch commits until :meth:`resume`: a batch then waits before
+    writing, exactly like a sink blocked on its storage (used to drill the stall alerts).
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: SinkSettings,
+        keyring: KeyRing,
+        *,
+        recorders: Sequence[Recorder],
+        freshness: SinkFreshness | None = None,
+        health: SparkHealth | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.spark = spark
+        self.settings = settings
+        self._keyring = keyring
+        self._recorders = recorders
+        self._clock_ns = clock_ns
+        self.freshness = freshness or SinkFreshness(clock_ns())
+        self.health = health
+        self._listener: HealthListener | None = None
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self.batches_committed = 0
+        self._committed = threading.Condition()
+
+    def build(self) -> DataFrame:
+        s = self.settings
+        self.spark.dataSource.register(KafkaStreamSource)
+        reader = (
+            self.spark.readStream.format(SOURCE_NAME)
+            .option("bootstrap.servers", s.bootstrap_servers)
+            .option("topic", s.topic)
+            .option("startingOffsets", s.starting_offsets)
+        )
+        if s.max_records_per_batch:
+            reader = reader.option("maxRecordsPerBatch", str(s.max_records_per_batch))
+        for name, value in s.kafka_options.items():
+            reader = reader.option(f"kafka.{name}", value)
+        raw = reader.load().select("partition", "offset", "value")
+        decoded = raw.mapInPandas(decode_batches(self._keyring.to_json(), s.max_size), DECODED)
+        valid = decoded.filter(F.col("reason").isNull()).withWatermark(
+            "produced_at", f"{int(s.allowed_lateness_s * 1000)} milliseconds"
+        )
+        judged = valid.groupBy("probe_id", "target", "partition").transformWithStateInPandas(
+            statefulProcessor=JudgeProcessor(int(s.freshness_s * 1e9), int(s.loss_timeout_s * 1e9)),
+            outputStructType=JUDGED,
+            outputMode="Append",
+            timeMode="ProcessingTime",
+        )
+        rejected = decoded.filter(F.col("reason").isNotNull()).select(
+            F.lit("invalid").alias("kind"),
+            "probe_id",
+            F.lit(None).cast("string").alias("target"),
+            F.lit(None).cast("int").alias("partition"),
+            F.lit(None).cast("long").alias("incarnation"),
+            F.lit(None).cast("long").alias("seq"),
+            F.lit(None).cast("long").alias("produced_ns"),
+            F.col("reason").alias("outcome"),
+            F.lit(None).cast("long").alias("judged_ns"),
+            "kafka_partition",
+            "kafka_offset",
+            F.lit(None).cast("string").alias("trace_context"),
+            "value",
+        )
+        return judged.unionByName(rejected)
+
+    def start(self, query_name: str = "synthetic_sla_sink") -> StreamingQuery:
+        if self.health is not None and self._listener is None:
+            self._listener = HealthListener(self.health, query_name)
+            self.spark.streams.addListener(self._listener)
+        return (
+            self.build()
+            .writeStream.queryName(query_name)
+            .option("checkpointLocation", self.settings.checkpoint_location)
+            .trigger(processingTime=f"{int(self.settings.trigger_s * 1000)} milliseconds")
+            .foreachBatch(self.commit_batch)
+            .start()
+        )
+
+    def commit_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """Write the batch's tables, then count its findings. Idempotent per batch id."""
+        self._flowing.wait()
+        rows: pd.DataFrame = batch.toPandas()
+        if not rows.empty:
+            commit_ns = self._clock_ns()
+            self._write(rows, batch_id, commit_ns)
+            self._count(rows, commit_ns)
+        with self._committed:
+            self.batches_committed += 1
+            self._committed.notify_all()
+
+    def stop(self, query: StreamingQuery) -> None:
+        """Stop between batches (never mid-batch: see probe.spark.session)."""
+        self.resume()
+        query.stop()
+        if self._listener is not None:
+            self.spark.streams.removeListener(self._listener)
+            self._listener = None
+
+    def hold(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
+    def wait_for_batches(self, count: int, timeout: float) -> bool:
+        """Block until `count` batches were committed since start (e.g. the first one)."""
+        with self._committed:
+            return self._committed.wait_for(lambda: self.batches_committed >= count, timeout)
+
+    def _write(self, rows: pd.DataFrame, batch_id: int, commit_ns: int) -> None:
+        canaries = rows[rows["kind"] == "canary"].drop(columns=["kind", "outcome", "value"])
+        canaries = canaries.assign(sink_commit_ns=commit_ns)
+        verdicts = rows[rows["kind"].isin(["fate", "anomaly"])].drop(
+            columns=["trace_context", "value"]
+        )
+        quarantine = rows[rows["kind"] == "invalid"][
+            ["probe_id", "outcome", "kafka_partition", "kafka_offset", "value"]
+        ].rename(columns={"outcome": "reason", "probe_id": "claimed_probe_id"})
+        quarantine = quarantine.assign(quarantined_ns=commit_ns)
+        for name, frame in (
+            ("canaries", canaries),
+            ("verdicts", verdicts),
+            ("quarantine", quarantine),
+        ):
+            if frame.empty:
+                continue
+            # One directory per batch, overwritten: a replayed batch replaces itself.
+            self.spark.createDataFrame(frame.astype(object).where(frame.notna(), None)).write.mode(
+                "overwrite"
+            ).parquet(f"{self.settings.table(name)}/batch_id={batch_id}")
+
+    def _count(self, rows: pd.DataFrame, commit_ns: int) -> None:
+        target = self.settings.target
+        findings: list[Finding] = []
+        for row in rows.itertuples(index=False):
+            if row.kind == "invalid":
+                for recorder in self._recorders:
+                    recorder.count_invalid(target, SINK_STAGE, RejectReason(row.outcome))
+                continue
+            key = StreamKey(str(row.probe_id), str(row.target), int(row.partition))
+            if row.kind == "canary":
+                continue
+            if row.kind == "fate":
+                outcome = Outcome(row.outcome)
+                latency = None
+                if outcome in (Outcome.DELIVERED, Outcome.LATE):
+                    # Produce to sink commit: what a reader of the table experiences.
+                    latency = max(0, commit_ns - int(row.produced_ns))
+                    self.freshness.committed(key, int(row.produced_ns))
+                findings.append(Fate(key, int(row.seq), outcome, latency))
+            else:
+                findings.append(Anomaly(key, int(row.seq), AnomalyKind(row.outcome)))
+        if findings:
+            for recorder in self._recorders:
+                recorder.count(target, SINK_STAGE, findings)
