@@ -379,6 +379,7 @@ class SinkJob:
         self._clock_ns = clock_ns
         self.freshness = freshness or SinkFreshness(clock_ns())
         self.health = health
+        self.query: StreamingQuery | None = None
         self._listener: HealthListener | None = None
         self._flowing = threading.Event()
         self._flowing.set()
@@ -430,7 +431,7 @@ class SinkJob:
         if self.health is not None and self._listener is None:
             self._listener = HealthListener(self.health, query_name)
             self.spark.streams.addListener(self._listener)
-        return (
+        self.query = (
             self.build()
             .writeStream.queryName(query_name)
             .option("checkpointLocation", self.settings.checkpoint_location)
@@ -438,6 +439,7 @@ class SinkJob:
             .foreachBatch(self.commit_batch)
             .start()
         )
+        return self.query
 
     def commit_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Write the batch's tables, then count its findings. Idempotent per batch id."""
@@ -451,10 +453,11 @@ class SinkJob:
             self.batches_committed += 1
             self._committed.notify_all()
 
-    def stop(self, query: StreamingQuery) -> None:
-        """Stop between batches (never mid-batch: see probe.spark.session)."""
+    def stop(self) -> None:
+        """Stop the query; a held batch is released first so the stop is between batches."""
         self.resume()
-        query.stop()
+        if self.query is not None:
+            self.query.stop()
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None

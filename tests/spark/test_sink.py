@@ -1,0 +1,223 @@
+"""The sink stage end to end: real broker, real Spark local mode, real Parquet tables."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from pyspark.sql import Row, SparkSession
+
+from probe.canary import Canary, encode
+from probe.config import load
+from probe.embedded import EmbeddedBroker
+from probe.judge import Outcome
+from probe.keys import KeyRing, generate_key_ring
+from probe.report import Tally
+from probe.spark.health import SparkHealth
+from probe.spark.sink import SINK_STAGE, SinkJob, SinkSettings
+from probe.target import CONSUMER_STAGE, TargetProbe
+from tests.conftest import sample
+from tests.spark.conftest import until
+
+FIRST_BATCH_TIMEOUT = 180
+
+
+@dataclass
+class Pipeline:
+    probe: TargetProbe
+    job: SinkJob
+    tally: Tally
+    settings: SinkSettings
+    keyring: KeyRing
+    registry: CollectorRegistry
+    health: SparkHealth
+
+    def sink_outcomes(self) -> dict[str, int]:
+        stage = self.tally.stages.get(SINK_STAGE)
+        return dict(stage.outcomes) if stage else {}
+
+    def sink_fates(self) -> int:
+        return sum(self.sink_outcomes().values())
+
+
+def _settings(broker: EmbeddedBroker, topic: str, path: Path, **extra: object) -> SinkSettings:
+    values: dict[str, object] = {
+        "bootstrap_servers": broker.bootstrap_servers,
+        "topic": topic,
+        "path": str(path),
+        "target": "kafka",
+        "freshness_s": 120.0,
+        "loss_timeout_s": 120.0,
+        "allowed_lateness_s": 1.0,
+        "trigger_s": 1.0,
+    }
+    values.update(extra)
+    return SinkSettings(**values)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def pipeline(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, path: Path
+) -> AsyncIterator[Pipeline]:
+    """A producing probe (consumer stage) and the sink query, both positioned."""
+    keyring = generate_key_ring()
+    tally = Tally("kafka")
+    config = load(
+        overrides={
+            "kafka.bootstrap_servers": broker.bootstrap_servers,
+            "kafka.topic": topic,
+            "kafka.create_topic": True,
+            "kafka.fetch_max_wait": "20ms",
+            "judge.freshness": "2m",
+            "judge.loss_timeout": "2m",
+        }
+    )
+    probe = TargetProbe(config, keyring, [tally])
+    await probe.connect(give_up_after=10)
+    consumer = asyncio.create_task(probe.consume())
+    registry = CollectorRegistry()
+    settings = _settings(broker, topic, path)
+    health = SparkHealth(registry, "kafka", settings.trigger_s)
+    job = SinkJob(spark, settings, keyring, recorders=[tally], health=health)
+    await asyncio.to_thread(job.start)
+    try:
+        # The source's start offsets are fixed by the first batch: only then produce.
+        assert await asyncio.to_thread(job.wait_for_batches, 1, FIRST_BATCH_TIMEOUT)
+        yield Pipeline(probe, job, tally, settings, keyring, registry, health)
+    finally:
+        await asyncio.to_thread(job.stop)
+        consumer.cancel()
+        await probe.close()
+
+
+async def test_canaries_land_in_the_table_judged_delivered(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    async with pipeline(spark, broker, topic, tmp_path / "sink") as p:
+        for _ in range(2):
+            await p.probe.produce_round()
+        await until(lambda: p.sink_fates() >= 6, within=120, what="six sink verdicts")
+        assert p.sink_outcomes() == {Outcome.DELIVERED.value: 6}
+        table = spark.read.parquet(p.settings.table("canaries")).collect()
+        assert sorted((r.partition, r.seq) for r in table) == [
+            (partition, seq) for partition in range(3) for seq in range(2)
+        ]
+        assert all(r.sink_commit_ns >= r.produced_ns for r in table)
+        # Produce to sink commit: at least one trigger's worth of waiting, never zero.
+        assert min(p.tally.stages[SINK_STAGE].latencies_ms) > 0
+
+
+async def test_hostile_records_go_to_quarantine_never_to_the_table(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    async with pipeline(spark, broker, topic, tmp_path / "sink") as p:
+        await p.probe.produce_round()
+        await until(lambda: p.sink_fates() >= 3, within=120, what="first round in the sink")
+        landed = _canary(spark.read.parquet(p.settings.table("canaries")).collect()[0])
+        genuine = encode(landed, p.keyring)
+        # One field changed, the genuine signature kept.
+        forged = encode(replace(landed, seq=landed.seq + 500), p.keyring)[:-32] + genuine[-32:]
+        hostile = [forged, b"\x00not a canary", encode(landed, generate_key_ring("intruder"))]
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+        for payload in hostile:
+            producer.produce(topic, payload, partition=0)
+            assert producer.flush(10) == 0
+        await until(
+            lambda: sum(p.tally.stages[SINK_STAGE].invalid.values()) >= 3,
+            within=120,
+            what="three quarantined records",
+        )
+        quarantine = spark.read.parquet(p.settings.table("quarantine")).collect()
+        assert sorted(r.reason for r in quarantine) == ["bad_signature", "malformed", "unknown_key"]
+        table = spark.read.parquet(p.settings.table("canaries")).collect()
+        assert sorted((r.partition, r.seq) for r in table) == [(0, 0), (1, 0), (2, 0)]
+        assert p.sink_outcomes() == {Outcome.DELIVERED.value: 3}
+
+
+def _canary(row: Row) -> Canary:
+    return Canary(
+        probe_id=row.probe_id,
+        incarnation=row.incarnation,
+        target=row.target,
+        partition=row.partition,
+        seq=row.seq,
+        produced_ns=row.produced_ns,
+        trace_context=row.trace_context,
+    )
+
+
+async def test_restart_from_checkpoint_judges_each_canary_once(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "sink"
+    async with pipeline(spark, broker, topic, path) as p:
+        await p.probe.produce_round()
+        await until(lambda: p.sink_fates() >= 3, within=120, what="first round in the sink")
+        # The query stops between batches; canaries produced meanwhile wait in Kafka.
+        await asyncio.to_thread(p.job.stop)
+        for _ in range(2):
+            await p.probe.produce_round()
+        restarted = SinkJob(spark, p.settings, p.keyring, recorders=[p.tally])
+        await asyncio.to_thread(restarted.start)
+        try:
+            await until(lambda: p.sink_fates() >= 9, within=FIRST_BATCH_TIMEOUT, what="9 fates")
+        finally:
+            await asyncio.to_thread(restarted.stop)
+    verdicts = spark.read.parquet(str(path / "verdicts")).filter("kind = 'fate'").collect()
+    judged = sorted((r.partition, r.seq, r.outcome) for r in verdicts)
+    assert judged == [(partition, seq, "delivered") for partition in range(3) for seq in range(3)]
+
+
+async def test_a_stalled_sink_shows_in_skew_and_staleness_not_in_the_consumer(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    async with pipeline(spark, broker, topic, tmp_path / "sink") as p:
+
+        def skew() -> float:
+            return sample(_samples(p.registry), "synthetic_sla_watermark_skew_seconds")
+
+        def sink_staleness() -> int:
+            return max(p.job.freshness.staleness_ns(time.time_ns()).values(), default=0)
+
+        await p.probe.produce_round()
+        await until(lambda: p.sink_fates() >= 3, within=120, what="first round in the sink")
+        await p.probe.produce_round()
+        await until(lambda: p.sink_fates() >= 6, within=60, what="second round in the sink")
+        steady_skew, steady_staleness = skew(), sink_staleness()
+
+        p.job.hold()
+        consumer_before = p.tally.stages[CONSUMER_STAGE].outcomes[Outcome.DELIVERED.value]
+        for _ in range(3):
+            await p.probe.produce_round()
+            await asyncio.sleep(1.0)  # rounds a second apart, as the service would
+        await until(lambda: skew() > steady_skew + 3, within=30, what="watermark skew rising")
+        await until(
+            lambda: sink_staleness() > steady_staleness + 3e9, within=30, what="sink staleness"
+        )
+        consumer = p.tally.stages[CONSUMER_STAGE]
+        assert consumer.outcomes[Outcome.DELIVERED.value] >= consumer_before + 9
+        assert consumer.ok
+        held_skew = skew()
+
+        p.job.resume()
+        await until(lambda: p.sink_fates() >= 15, within=60, what="the held canaries judged")
+        await p.probe.produce_round()
+        await until(lambda: p.sink_fates() >= 18, within=60, what="a fresh round judged")
+        await until(lambda: skew() < held_skew, within=30, what="watermark skew falling")
+        assert sink_staleness() < 5e9
+
+
+def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
