@@ -14,13 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from probe.errors import RejectReason
-from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome
+from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
 
 _BASE_BUCKETS = (
     0.001,
@@ -46,13 +47,20 @@ def latency_buckets(*thresholds: float) -> tuple[float, ...]:
     return tuple(sorted(set(_BASE_BUCKETS) | {round(t, 6) for t in thresholds}))
 
 
+class StalenessSource(Protocol):
+    """Anything that knows, per stream, how old the freshest canary it has seen is:
+    a judge, or the Spark sink's record of what it committed."""
+
+    def staleness_ns(self, now_ns: int) -> dict[StreamKey, int]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class StageSource:
-    """A stage whose judge's staleness is exported."""
+    """A stage whose staleness is exported."""
 
     target: str
     stage: str
-    judge: Judge
+    judge: StalenessSource
 
 
 class StalenessCollector(Collector):
@@ -169,6 +177,12 @@ class ProbeMetrics:
             ["target"],
             registry=registry,
         )
+        self.reconnects = Counter(
+            "synthetic_sla_reconnects",
+            "Connections to the target's broker re-established after a loss (MQTT).",
+            ["target"],
+            registry=registry,
+        )
         self.pending = Gauge(
             "synthetic_sla_pending_canaries",
             "Canaries acknowledged whose fate is not decided yet.",
@@ -186,9 +200,14 @@ class ProbeMetrics:
         self.rounds.labels(target)
         self.partitions.labels(target)
         self.ready.labels(target)
+        self.reconnects.labels(target)
 
-    def declare_stage(self, target: str, stage: str, judge: Judge) -> None:
-        """Create every series the SLO reads for this stage at zero, and export its staleness."""
+    def declare_stage(self, target: str, stage: str, judge: StalenessSource) -> None:
+        """Create every series the SLO reads for this stage at zero, and export its staleness.
+
+        ``judge`` is the stage's judge, or for a stage judged elsewhere (the Spark sink)
+        whatever tracks its staleness; pending canaries are exported for a judge.
+        """
         for outcome in Outcome:
             self.canaries.labels(target, stage, outcome.value)
         self.e2e_latency.labels(target, stage)
@@ -196,7 +215,8 @@ class ProbeMetrics:
             counter.labels(target, stage)
         for reason in RejectReason:
             self.invalid.labels(target, stage, reason.value)
-        self.pending.labels(target, stage).set_function(judge.pending_count)
+        if isinstance(judge, Judge):
+            self.pending.labels(target, stage).set_function(judge.pending_count)
         self.staleness.add(StageSource(target, stage, judge))
 
     def count(self, target: str, stage: str, findings: Iterable[Finding]) -> None:

@@ -87,8 +87,15 @@ def client_config(options: Mapping[str, str]) -> dict[str, Any]:
     config: dict[str, Any] = {"bootstrap_servers": options["bootstrap.servers"].split(",")}
     for name, value in options.items():
         if name.startswith("kafka."):
-            config[name.removeprefix("kafka.").replace(".", "_")] = value
+            config[name.removeprefix("kafka.").replace(".", "_")] = _option_value(value)
     return config
+
+
+def _option_value(text: str) -> str | int | bool:
+    # Spark options are strings; kafka-python wants its booleans and numbers typed.
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return int(text) if text.isdigit() else text
 
 
 def admit(start: Offsets, latest: Offsets, max_records: int | None) -> Offsets:

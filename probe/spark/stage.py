@@ -1,0 +1,150 @@
+"""The sink stage as the probe runs it: Spark beside the asyncio probe, or on its own.
+
+`run --stages consumer,sink` and `once --stages consumer,sink` start a local Spark
+session (``sink.master``, default ``local[*]``) inside the probe process; `sla-probe
+sink` runs only the sink (e.g. under ``spark-submit`` against a cluster, with
+``sink.master: null``). Spark calls block, so they run in worker threads; findings
+arrive on Spark's batch thread and go to the same recorders as the other stages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from probe.config import KafkaConfig, ProbeConfig
+from probe.errors import ConfigError
+from probe.judge import StreamKey
+from probe.keys import KeyRing
+from probe.metrics import ProbeMetrics
+from probe.spark.health import SparkHealth
+from probe.spark.sink import SINK_STAGE, SinkFreshness, SinkJob, SinkSettings
+from probe.stage import Recorder
+
+log = logging.getLogger(__name__)
+
+# Spark start-up (~8 s here) plus the first micro-batch of a Python source (~8-14 s).
+FIRST_BATCH_TIMEOUT = 180.0
+
+
+def kafka_client_options(kafka: KafkaConfig) -> dict[str, str]:
+    """The probe's Kafka connection settings as kafka-python options for the source."""
+    options: dict[str, str] = {}
+    if kafka.tls is not None:
+        options["security.protocol"] = "SSL"
+        if kafka.tls.ca_file:
+            options["ssl.cafile"] = str(kafka.tls.ca_file)
+        if kafka.tls.cert_file and kafka.tls.key_file:
+            options["ssl.certfile"] = str(kafka.tls.cert_file)
+            options["ssl.keyfile"] = str(kafka.tls.key_file)
+        options["ssl.check.hostname"] = str(kafka.tls.check_hostname).lower()
+    if kafka.sasl is not None:
+        options["security.protocol"] = "SASL_SSL" if kafka.tls else "SASL_PLAINTEXT"
+        options["sasl.mechanism"] = kafka.sasl.mechanism
+        options["sasl.plain.username"] = kafka.sasl.username
+        options["sasl.plain.password"] = kafka.sasl.password.get_secret_value()
+    return options
+
+
+def sink_settings(config: ProbeConfig, path: str) -> SinkSettings:
+    kafka, sink = config.kafka, config.sink
+    if not kafka.bootstrap_servers:
+        raise ConfigError("kafka.bootstrap_servers", "required by the sink stage")
+    return SinkSettings(
+        bootstrap_servers=kafka.bootstrap_servers,
+        topic=kafka.topic,
+        path=path,
+        target=config.target,
+        freshness_s=config.judge.freshness,
+        loss_timeout_s=config.judge.loss_timeout,
+        allowed_lateness_s=sink.allowed_lateness,
+        trigger_s=sink.trigger,
+        max_records_per_batch=sink.max_records_per_batch,
+        starting_offsets=sink.starting_offsets,
+        max_size=config.canary.max_size,
+        checkpoint=sink.checkpoint,
+        kafka_options=kafka_client_options(kafka),
+    )
+
+
+class SparkSinkStage:
+    """Owns the Spark session and the sink query for one Kafka target."""
+
+    def __init__(
+        self,
+        config: ProbeConfig,
+        keyring: KeyRing,
+        recorders: Sequence[Recorder],
+        *,
+        metrics: ProbeMetrics | None = None,
+        registry: CollectorRegistry | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self._temp: tempfile.TemporaryDirectory[str] | None = None
+        path = config.sink.path
+        if path is None:
+            # A smoke test must not resume an old run's checkpoint: a fresh directory.
+            self._temp = tempfile.TemporaryDirectory(prefix="sla-sink-")
+            path = self._temp.name
+        self.settings = sink_settings(config, path)
+        self._config = config
+        self._keyring = keyring
+        self._recorders = recorders
+        self._clock_ns = clock_ns
+        self.freshness = SinkFreshness(clock_ns())
+        self.health = (
+            SparkHealth(registry, config.target, config.sink.trigger, clock_ns)
+            if registry is not None
+            else None
+        )
+        if metrics is not None:
+            metrics.declare_stage(config.target, SINK_STAGE, self.freshness)
+        self.job: SinkJob | None = None
+
+    def watch(self, partitions: Sequence[int], probe_id: str) -> None:
+        """Track staleness of partitions before their first canary lands in the sink."""
+        now_ns = self._clock_ns()
+        for partition in partitions:
+            self.freshness.watch(StreamKey(probe_id, self._config.target, partition), now_ns)
+
+    async def start(self) -> None:
+        """Start Spark and the query; return once the source is positioned (first batch)."""
+        self.job = await asyncio.to_thread(self._start_blocking)
+        positioned = await asyncio.to_thread(self.job.wait_for_batches, 1, FIRST_BATCH_TIMEOUT)
+        if not positioned:
+            raise TimeoutError(f"sink query made no batch within {FIRST_BATCH_TIMEOUT:g}s")
+        log.info("sink stage running: tables under %s", self.settings.path)
+
+    def _start_blocking(self) -> SinkJob:
+        from probe.spark.session import sink_session  # noqa: PLC0415 - Spark starts here
+
+        spark = sink_session(self._config.sink.master)
+        job = SinkJob(
+            spark,
+            self.settings,
+            self._keyring,
+            recorders=self._recorders,
+            freshness=self.freshness,
+            health=self.health,
+            clock_ns=self._clock_ns,
+        )
+        job.start()
+        return job
+
+    def failure(self) -> Any:
+        """The query's exception if it died, else None."""
+        if self.job is None or self.job.query is None:
+            return None
+        return self.job.query.exception() if not self.job.query.isActive else None
+
+    async def stop(self) -> None:
+        if self.job is not None:
+            await asyncio.to_thread(self.job.stop)
+        if self._temp is not None:
+            self._temp.cleanup()
