@@ -6,11 +6,14 @@ PYTHON ?= python3
 VENV := .venv
 UV := $(PYTHON) -m uv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# Debian packages the tests run for real: promtool and Prometheus, Mosquitto.
-DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto
+# Debian packages the tests run for real: promtool and Prometheus, Mosquitto and its
+# own client (an MQTT client independent of the probe's, for hostile records), and
+# Alertmanager (the documented inhibition of the SLO alerts).
+DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mosquitto_pub \
+  prometheus-alertmanager:prometheus-alertmanager
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test setup system-deps python-deps lint bench lock clean
+.PHONY: demo test setup system-deps python-deps lint bench lock rules clean
 
 demo: python-deps
 	$(VENV)/bin/sla-probe once
@@ -47,6 +50,10 @@ bench: python-deps
 
 lock:
 	$(UV) lock --python $(PYTHON)
+
+# Re-render the plain Prometheus rules file from the chart's rules template.
+rules: python-deps
+	$(VENV)/bin/python charts/render_rules.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,53 @@
+# syntax=docker/dockerfile:1
+# The image the Helm chart runs: `sla-probe` with every stage, including the Spark sink
+# (PySpark needs a Java runtime). Two stages: the build stage resolves uv.lock into a
+# virtual environment; the runtime stage gets that environment and a JRE, and nothing
+# that built it.
+#
+#   docker build -t synthetic-sla-probe:0.1.0 .
+#   docker run --rm synthetic-sla-probe:0.1.0 once     # embedded broker, exit 0/1
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+# uv installs exactly what uv.lock pins, hashes checked.
+RUN pip install --no-cache-dir "uv==0.13.9"
+ENV UV_COMPILE_BYTECODE=1 \
+    UV_LINK_MODE=copy \
+    UV_PYTHON_DOWNLOADS=never \
+    UV_PROJECT_ENVIRONMENT=/opt/sla-probe
+WORKDIR /src
+# Dependencies first, in their own layer: it is rebuilt only when the lock changes.
+COPY pyproject.toml uv.lock ./
+RUN uv sync --frozen --no-dev --extra spark --no-install-project
+COPY README.md ./
+COPY probe ./probe
+RUN uv sync --frozen --no-dev --extra spark --no-editable
+
+FROM ${PYTHON_IMAGE} AS runtime
+# Set by BuildKit for the platform being built; Debian names its JVM directories the same.
+ARG TARGETARCH=amd64
+# Java 17 for the Spark driver; tini as PID 1 so the JVM children Spark starts are reaped
+# and SIGTERM reaches the probe. (The JRE's postinst needs the man1 directory that the
+# slim image removes.)
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      openjdk-17-jre-headless tini \
+ && rm -rf /var/lib/apt/lists/*
+# A fixed numeric user, so runAsNonRoot can verify it and volumes can be owned by it.
+RUN groupadd --system --gid 10001 probe \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /tmp --no-create-home \
+      --shell /usr/sbin/nologin probe
+COPY --from=build /opt/sla-probe /opt/sla-probe
+# The venv's python is the same interpreter path in both stages (same base image).
+# Bytecode is compiled at build time: the root filesystem is read-only at run time.
+ENV PATH=/opt/sla-probe/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PYSPARK_PYTHON=/opt/sla-probe/bin/python \
+    JAVA_HOME=/usr/lib/jvm/java-17-openjdk-${TARGETARCH}
+USER 10001:10001
+EXPOSE 9464
+ENTRYPOINT ["/usr/bin/tini", "--", "sla-probe"]
+CMD ["run"]

@@ -1,0 +1,192 @@
+"""End to end: a real Prometheus scrapes a running probe against the real broker, with
+the shipped rules loaded. The availability SLI is 1.0 while canaries flow; when the
+broker stops it falls, and the availability page fires. The dashboard's queries run
+against the same Prometheus.
+
+Prometheus scrapes and evaluates every second, so the 5m recording rule has data after
+two scrapes; nothing here waits for a window to fill.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from probe.embedded import EmbeddedBroker, free_loopback_port
+from tests.conftest import RunningProbe, run_args, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAIN_RULES = ROOT / "charts" / "prometheus" / "synthetic-sla-probe.rules.yml"
+DASHBOARD = ROOT / "charts" / "synthetic-sla-probe" / "dashboards" / "synthetic-sla-probe.json"
+AVAILABILITY = 'target_stage:synthetic_sla_availability:ratio_rate5m{stage="consumer"}'
+
+
+class Prometheus:
+    def __init__(self, port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+        self.port = port
+        self.process = process
+        self.log = log
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """The instant query's result vector; fails on a query error."""
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": promql}
+        )
+        try:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                body = json.load(reply)
+        except urllib.error.HTTPError as error:
+            pytest.fail(f"query failed: {promql}\n{error.read().decode()}")
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def value(self, promql: str) -> float | None:
+        """The single sample's value, None while there is none."""
+        result = self.query(promql)
+        assert len(result) <= 1, result
+        return float(result[0]["value"][1]) if result else None
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+
+@pytest.fixture
+def start_prometheus(tmp_path: Path) -> Iterator[Callable[[int], Prometheus]]:
+    """Start Prometheus scraping the probe on a port, with the shipped rules."""
+    started: list[Prometheus] = []
+
+    def start(probe_port: int) -> Prometheus:
+        binary = shutil.which("prometheus")
+        assert binary, "prometheus is not installed: `make test` installs it (Debian package)"
+        config = {
+            "global": {
+                "scrape_interval": "1s",
+                "scrape_timeout": "1s",
+                "evaluation_interval": "1s",
+            },
+            "rule_files": [str(PLAIN_RULES)],
+            # The job name the probe-down and probe-absent alerts select.
+            "scrape_configs": [
+                {
+                    "job_name": "synthetic-sla-probe",
+                    "static_configs": [{"targets": [f"127.0.0.1:{probe_port}"]}],
+                }
+            ],
+        }
+        config_file = tmp_path / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(config))
+        port = free_loopback_port()
+        log = tmp_path / "prometheus.log"
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config_file}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        prometheus = Prometheus(port, process, log)
+        started.append(prometheus)
+        wait_for(
+            lambda: process.poll() is not None or prometheus.ready(),
+            timeout=30,
+            what="Prometheus ready",
+        )
+        assert process.poll() is None, log.read_text()
+        return prometheus
+
+    yield start
+    for prometheus in started:
+        prometheus.process.terminate()
+        prometheus.process.wait(10)
+
+
+def _dashboard_queries() -> list[str]:
+    """Every dashboard query, with Grafana's variables as a user would have them."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {
+        "${latency_threshold}": "0.5",
+        "$__rate_interval": "4s",
+        "$slo_period": "5m",
+        "$target": ".*",
+        "$stage": ".*",
+    }
+    queries = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for variable, value in variables.items():
+                expr = expr.replace(variable, value)
+            assert "$" not in expr, expr
+            queries.append(expr)
+    return queries
+
+
+def test_prometheus_measures_the_slo_of_a_running_probe(
+    own_broker: EmbeddedBroker,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+    start_prometheus: Callable[[int], Prometheus],
+) -> None:
+    probe = start_probe(*run_args(own_broker.bootstrap_servers, topic, key_file))
+    # Canaries flow before Prometheus first scrapes: whatever happened while the topic
+    # was being created is already in the counters and never in a rate.
+    wait_for(lambda: probe.canaries("delivered") >= 3, timeout=30, what="canaries delivered")
+    prometheus = start_prometheus(probe.port)
+
+    wait_for(
+        lambda: prometheus.value(AVAILABILITY) == 1.0,
+        timeout=30,
+        what="availability SLI of 1.0 while canaries flow",
+    )
+    assert prometheus.value('up{job="synthetic-sla-probe"}') == 1.0
+    assert prometheus.value(f"min({AVAILABILITY})") == 1.0
+    assert prometheus.query('ALERTS{alertname=~"SyntheticSla.*",alertstate="firing"}') == []
+
+    # Every dashboard query is valid PromQL against this Prometheus, and the panels
+    # about the consumer stage have data.
+    for query in _dashboard_queries():
+        result = prometheus.query(query)
+        # The Spark stage is not running here: its panels have no data.
+        if "spark" not in query and "watermark" not in query:
+            assert result, f"no data for dashboard query: {query}"
+
+    own_broker.stop()
+
+    def availability_fell() -> float | None:
+        value = prometheus.value(AVAILABILITY)
+        return value if value is not None and not math.isnan(value) and value < 1.0 else None
+
+    fallen = wait_for(availability_fell, timeout=45, what="availability SLI below 1")
+    assert 0.0 <= fallen < 1.0
+    page = (
+        'ALERTS{alertname="SyntheticSlaAvailabilityBudgetBurn",alertstate="firing",'
+        'severity="critical",stage="consumer"}'
+    )
+    wait_for(lambda: prometheus.query(page), timeout=45, what="the availability page firing")
+    # The probe is alive and still scraped through the outage.
+    assert prometheus.value('up{job="synthetic-sla-probe"}') == 1.0
+    # Every rule evaluated without error all along.
+    log = prometheus.log.read_text()
+    assert "Evaluating rule failed" not in log
+    assert re.search(r"level=(error|fatal)", log) is None

@@ -1,0 +1,447 @@
+"""The SLO rules: one source, valid, tested with promtool, documented, and the documented
+Alertmanager inhibition proven in a real Alertmanager.
+
+The rules live in the chart (templates/_slo-rules.tpl); the plain rules file is rendered
+from it. promtool's unit tests in tests/rules/ prove the alerts' behaviour on series.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from probe.embedded import free_loopback_port
+from probe.metrics import ProbeMetrics
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAIN_RULES = ROOT / "charts" / "prometheus" / "synthetic-sla-probe.rules.yml"
+UNIT_TESTS = sorted((ROOT / "tests" / "rules").glob("*.yml"))
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+ALERTING = ROOT / "docs" / "alerting.md"
+DASHBOARD = ROOT / "charts" / "synthetic-sla-probe" / "dashboards" / "synthetic-sla-probe.json"
+
+
+def _spark_metrics() -> set[str]:
+    """The Spark sink stage's metric names, from its own collector (no Spark started)."""
+    from probe.spark.health import SparkHealth  # noqa: PLC0415 - imports pyspark
+
+    registry = CollectorRegistry()
+    SparkHealth(registry, "kafka", trigger_s=2.0)
+    return _names(registry)
+
+
+def _names(registry: CollectorRegistry) -> set[str]:
+    names = set()
+    for family in registry.collect():
+        names.add(family.name)
+        if family.type == "counter":
+            names.add(family.name + "_total")
+    return names
+
+
+SPARK_METRICS = _spark_metrics()
+
+
+def _load_renderer() -> Any:
+    """charts/render_rules.py, the script `make rules` runs (not a package module)."""
+    spec = importlib.util.spec_from_file_location("render_rules", ROOT / "charts/render_rules.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+render_rules = _load_renderer()
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    assert path, f"{name} is not installed: `make test` installs it (Debian package)"
+    return path
+
+
+def _rules(groups: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for group in groups["groups"]:
+        yield from group["rules"]
+
+
+def _alerts(groups: dict[str, Any]) -> list[dict[str, Any]]:
+    return [rule for rule in _rules(groups) if "alert" in rule]
+
+
+# -- one source ---------------------------------------------------------------------------
+
+
+def test_plain_rules_file_is_rendered_from_the_chart() -> None:
+    assert PLAIN_RULES.read_text() == render_rules.plain_rules_text(), (
+        "charts/prometheus/synthetic-sla-probe.rules.yml is out of date: run `make rules`"
+    )
+
+
+def test_prometheus_rule_and_rules_configmap_carry_the_same_groups() -> None:
+    from tests.test_chart import VALUE_SETS, render  # noqa: PLC0415 - one renderer for both
+
+    manifests = render(VALUE_SETS["all-features"])
+    rule = next(m for m in manifests if m["kind"] == "PrometheusRule")
+    configmap = next(m for m in manifests if m["metadata"]["name"].endswith("-rules"))
+    assert yaml.safe_load(configmap["data"]["synthetic-sla-probe.rules.yml"]) == rule["spec"]
+    # With default values the PrometheusRule is exactly the plain file.
+    default = render({**VALUE_SETS["default"], "prometheusRule": {"enabled": True}})
+    default_rule = next(m for m in default if m["kind"] == "PrometheusRule")
+    assert default_rule["spec"] == yaml.safe_load(PLAIN_RULES.read_text())
+    # additionalLabels reach every alert, and only alerts.
+    for alert in _alerts(rule["spec"]):
+        assert alert["labels"]["team"] == "streaming"
+
+
+def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
+    from tests.test_chart import VALUE_SETS, render  # noqa: PLC0415
+
+    spec = next(m for m in render(VALUE_SETS["all-features"]) if m["kind"] == "PrometheusRule")
+    operator_rules = tmp_path / "operator.rules.yml"
+    operator_rules.write_text(yaml.safe_dump(spec["spec"]))
+    for rules in (PLAIN_RULES, operator_rules):
+        result = subprocess.run(
+            [_tool("promtool"), "check", "rules", str(rules)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "SUCCESS: 28 rules found" in result.stdout
+
+
+@pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda path: path.stem)
+def test_promtool_unit_tests(unit_test: Path) -> None:
+    result = subprocess.run(
+        [_tool("promtool"), "test", "rules", str(unit_test)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_latency_sli_reads_a_whole_second_threshold_in_both_bucket_forms(
+    tmp_path: Path,
+) -> None:
+    """Prometheus 3 stores le="1" as le="1.0"; Go clients write "1", Python "1.0"."""
+    rules = tmp_path / "threshold-1s.rules.yml"
+    whole_second = {"slo": {"latency": {"objective": 0.99, "thresholdSeconds": 1}}}
+    rules.write_text(render_rules.plain_rules_text(whole_second))
+    stage = 'target="kafka",stage="consumer"'
+    sli = "target_stage:synthetic_sla_latency:ratio_rate5m"
+    cases = [
+        {
+            "name": f'le="{le}"',
+            "interval": "1m",
+            "input_series": [
+                # 6 of 9 arrivals a minute within 1 s.
+                {
+                    "series": f'synthetic_sla_e2e_latency_seconds_bucket{{{stage},le="{le}"}}',
+                    "values": "0+6x30",
+                },
+                {
+                    "series": f"synthetic_sla_e2e_latency_seconds_count{{{stage}}}",
+                    "values": "0+9x30",
+                },
+            ],
+            "promql_expr_test": [
+                {
+                    "expr": sli,
+                    "eval_time": "30m",
+                    "exp_samples": [{"labels": f"{sli}{{{stage}}}", "value": 6 / 9}],
+                }
+            ],
+        }
+        for le in ("1", "1.0")
+    ]
+    unit_test = tmp_path / "threshold-1s.test.yml"
+    unit_test.write_text(
+        yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": cases})
+    )
+    result = subprocess.run(
+        [_tool("promtool"), "test", "rules", str(unit_test)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'le=~"1(\\\\.0)?"' in rules.read_text()
+
+
+def test_values_reach_the_thresholds() -> None:
+    values = {
+        "config": {"interval": 30},
+        "spark": {"enabled": False, "allowedLatenessSeconds": 90},
+        "slo": {
+            "availability": {"objective": 0.995},
+            "latency": {"objective": 0.95, "thresholdSeconds": 0.25},
+        },
+        "alerts": {
+            "severityLabels": {"page": "P1", "ticket": "P3"},
+            "invalidCanaries": {"enabled": False, "severity": "ticket"},
+        },
+    }
+    alerts = {}
+    for alert in _alerts(render_rules.render_rule_groups(values)):
+        alerts.setdefault(alert["alert"], []).append(alert)
+    (silent,) = alerts["SyntheticSlaPartitionSilent"]
+    assert silent["expr"].endswith("> 90")  # max(60 s, 3 x 30 s)
+    (skew,) = alerts["SyntheticSlaWatermarkSkew"]
+    assert skew["expr"].endswith("> 180")  # 2 x 90 s
+    assert "(1 - 0.995) > 14.4" in alerts["SyntheticSlaAvailabilityBudgetBurn"][0]["expr"]
+    assert "(1 - 0.95) > 1" in alerts["SyntheticSlaLatencyBudgetBurn"][1]["expr"]
+    assert [a["labels"]["severity"] for a in alerts["SyntheticSlaLatencyBudgetBurn"]] == [
+        "P1",
+        "P3",
+    ]
+    assert "SyntheticSlaInvalidCanaries" not in alerts
+    groups = render_rules.render_rule_groups(values)
+    recorded = {rule["record"]: rule["expr"] for rule in _rules(groups) if "record" in rule}
+    latency = recorded["target_stage:synthetic_sla_latency:ratio_rate1h"]
+    assert 'le=~"0\\\\.25(\\\\.0)?"' in latency
+
+
+# -- documented -----------------------------------------------------------------------------
+
+
+def _github_anchor(heading: str) -> str:
+    return re.sub(r"[^a-z0-9 -]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _runbook_sections() -> dict[str, str]:
+    sections = re.split(r"^## ", RUNBOOKS.read_text(), flags=re.MULTILINE)[1:]
+    return {section.splitlines()[0]: section for section in sections}
+
+
+def test_every_alert_has_a_runbook_that_says_what_to_do() -> None:
+    groups = yaml.safe_load(PLAIN_RULES.read_text())
+    sections = _runbook_sections()
+    alert_names = {alert["alert"] for alert in _alerts(groups)}
+    assert alert_names == set(sections), "one runbook section per alert, no more"
+    for alert in _alerts(groups):
+        annotations = alert["annotations"]
+        assert annotations["summary"], alert["alert"]
+        assert annotations["description"], alert["alert"]
+        base, _, anchor = annotations["runbook_url"].partition("#")
+        assert base.endswith("/docs/runbooks.md"), annotations["runbook_url"]
+        assert anchor == _github_anchor(alert["alert"]), annotations["runbook_url"]
+        section = sections[alert["alert"]]
+        assert "**Meaning.**" in section, alert["alert"]
+        assert "**Mitigate.**" in section, alert["alert"]
+        checks = section.split("**Check first.**")[1].split("**Mitigate.**")[0]
+        numbered = re.findall(r"^(\d)\. ", checks, flags=re.MULTILINE)
+        assert numbered == ["1", "2", "3"], alert["alert"]
+
+
+RECORDED = re.compile(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+")
+
+
+def _metric_names(expr: str) -> set[str]:
+    """Raw metric names an expression reads (recording rules' names left out)."""
+    names = set(re.findall(r"\b(synthetic_sla_[a-z0-9_]+)", RECORDED.sub("", expr)))
+    return {re.sub(r"_(bucket|count|sum)$", "", name) for name in names}
+
+
+def _exported_metrics() -> set[str]:
+    registry = CollectorRegistry()
+    ProbeMetrics(registry)
+    return _names(registry) | SPARK_METRICS
+
+
+def test_rules_and_dashboard_read_only_metrics_that_exist() -> None:
+    groups = yaml.safe_load(PLAIN_RULES.read_text())
+    exported = _exported_metrics()
+    for rule in _rules(groups):
+        missing = _metric_names(rule["expr"]) - exported
+        assert not missing, f"{rule.get('record') or rule.get('alert')} reads {missing}"
+    recorded = {rule["record"] for rule in _rules(groups) if "record" in rule}
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    assert exprs
+    for expr in exprs:
+        missing = _metric_names(expr) - exported
+        assert not missing, f"dashboard query reads {missing}: {expr}"
+        for record in RECORDED.findall(expr):
+            assert record in recorded, f"dashboard query reads unknown rule {record}"
+
+
+def test_dashboard_shows_what_the_slo_needs() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    exprs = " ".join(t["expr"] for p in panels for t in p["targets"])
+    titles = [p["title"] for p in panels]
+    assert any("budget remaining" in t.lower() for t in titles)
+    assert "target_stage:synthetic_sla_availability:ratio_rate" in exprs
+    assert "histogram_quantile(0.99, sum by (target, stage, le) (rate(" in exprs
+    staleness = next(
+        p for p in panels if "synthetic_sla_partition_staleness" in p["targets"][0]["expr"]
+    )
+    assert staleness["type"] == "heatmap"
+    assert staleness["targets"][0]["legendFormat"] == "{{partition}}"
+    assert "sum by (stage, outcome) (increase(synthetic_sla_canaries_total" in exprs
+    # The Spark stage's health: every metric it exports has a panel.
+    for metric in {name.removesuffix("_total") for name in SPARK_METRICS}:
+        assert metric in exprs, metric
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"datasource", "target", "stage", "slo_period"} <= variables
+
+
+# -- inhibition, in a real Alertmanager ---------------------------------------------------
+
+
+def _documented_inhibit_rules() -> dict[str, Any]:
+    text = ALERTING.read_text()
+    marker = text.index("<!-- inhibit_rules")
+    block = text[marker:].split("```yaml\n", 1)[1].split("```", 1)[0]
+    rules: dict[str, Any] = yaml.safe_load(block)
+    return rules
+
+
+def _post_alerts(port: int, alerts: list[dict[str, Any]]) -> None:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v2/alerts",
+        data=json.dumps(alerts).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        assert reply.status == 200
+
+
+def _alert_states(port: int) -> dict[tuple[str, ...], str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/alerts", timeout=5) as reply:
+        alerts = json.load(reply)
+    return {
+        (a["labels"]["alertname"], a["labels"]["target"], a["labels"]["severity"]): a["status"][
+            "state"
+        ]
+        for a in alerts
+    }
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[int]:
+    """A real Alertmanager with the documented inhibit rules and a receiver that drops."""
+    config = {
+        "route": {"receiver": "drop", "group_by": ["alertname", "target"]},
+        "receivers": [{"name": "drop"}],
+        **_documented_inhibit_rules(),
+    }
+    config_file = tmp_path / "alertmanager.yml"
+    config_file.write_text(yaml.safe_dump(config))
+    port = free_loopback_port()
+    log = tmp_path / "alertmanager.log"
+    process = subprocess.Popen(
+        [
+            _tool("prometheus-alertmanager"),
+            f"--config.file={config_file}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",  # no gossip port: a single instance
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for(
+            lambda: process.poll() is not None or _ready(port),
+            timeout=20,
+            what="Alertmanager ready",
+        )
+        assert process.poll() is None, log.read_text()
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+def test_documented_inhibition_holds_in_alertmanager(alertmanager: int) -> None:
+    """A silent partition suppresses the watermark-skew page of its target, not of
+    another target; a fast-burn page suppresses the slow-burn ticket of its SLO."""
+    # Label sets as the rules produce them (see the ALERTS series in tests/rules/).
+    silent = {"stage": "consumer", "partition": "2"}
+    sink = {"stage": "sink"}
+    firing = [
+        ("SyntheticSlaPartitionSilent", "orders", "critical", silent),
+        ("SyntheticSlaWatermarkSkew", "orders", "critical", {}),
+        ("SyntheticSlaWatermarkSkew", "payments", "critical", {}),
+        (
+            "SyntheticSlaAvailabilityBudgetBurn",
+            "orders",
+            "critical",
+            {**sink, "slo": "availability"},
+        ),
+        (
+            "SyntheticSlaAvailabilityBudgetBurn",
+            "orders",
+            "warning",
+            {**sink, "slo": "availability"},
+        ),
+        ("SyntheticSlaLatencyBudgetBurn", "orders", "warning", {**sink, "slo": "latency"}),
+    ]
+    _post_alerts(
+        alertmanager,
+        [
+            {
+                "labels": {"alertname": name, "target": target, "severity": severity, **labels},
+                "annotations": {"summary": name},
+            }
+            for name, target, severity, labels in firing
+        ],
+    )
+    expected = {
+        ("SyntheticSlaPartitionSilent", "orders", "critical"): "active",
+        ("SyntheticSlaWatermarkSkew", "orders", "critical"): "suppressed",
+        ("SyntheticSlaWatermarkSkew", "payments", "critical"): "active",
+        ("SyntheticSlaAvailabilityBudgetBurn", "orders", "critical"): "active",
+        ("SyntheticSlaAvailabilityBudgetBurn", "orders", "warning"): "suppressed",
+        # No latency page: its ticket stays.
+        ("SyntheticSlaLatencyBudgetBurn", "orders", "warning"): "active",
+    }
+    wait_for(
+        lambda: _alert_states(alertmanager) == expected,
+        timeout=20,
+        what="the documented inhibition",
+    )
+
+
+def test_inhibit_rules_name_real_alerts_and_labels() -> None:
+    groups = yaml.safe_load(PLAIN_RULES.read_text())
+    alert_names = {alert["alert"] for alert in _alerts(groups)}
+    for rule in _documented_inhibit_rules()["inhibit_rules"]:
+        for matcher in rule["source_matchers"] + rule["target_matchers"]:
+            found = re.fullmatch(r'(\w+)(=~|=)"(.*)"', matcher)
+            assert found, matcher
+            name, op, value = found.groups()
+            if name == "alertname":
+                pattern = value if op == "=~" else re.escape(value)
+                assert any(re.fullmatch(pattern, a) for a in alert_names), matcher
+        # The labels compared are ones these alerts carry (the rules aggregate by
+        # target and stage; the ALERTS series in tests/rules/ show them).
+        assert set(rule["equal"]) <= {"alertname", "target", "stage"}, rule["equal"]
+        assert "target" in rule["equal"], "an inhibition must never cross targets"
