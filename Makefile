@@ -16,7 +16,7 @@ export UV_PYTHON_DOWNLOADS := never
 .PHONY: demo test setup system-deps python-deps lint bench lock rules clean
 
 demo: python-deps
-	$(VENV)/bin/sla-probe once
+	$(VENV)/bin/sla-probe once --stages consumer,sink
 
 test: setup
 	$(VENV)/bin/pytest

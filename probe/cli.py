@@ -2,6 +2,7 @@
 
     sla-probe once                          # embedded broker, 3 rounds, report, exit 0/1
     sla-probe once --bootstrap-servers kafka:9092 --json
+    sla-probe once --mqtt-url mqtt://broker:1883     # the MQTT target only
     sla-probe run --config probe.yaml --signing-key-file /keys/ring.json
     sla-probe keygen --output ring.json
 
@@ -76,6 +77,10 @@ def _common(interval_path: str) -> Callable[[F], F]:
             ),
             _option("bootstrap-servers", "kafka.bootstrap_servers", "Kafka bootstrap servers."),
             _option("topic", "kafka.topic", "Canary topic (default synthetic-sla)."),
+            _option(
+                "stages", "stages", "Kafka stages: consumer, and sink (Spark), e.g. consumer,sink."
+            ),
+            _option("sink-path", "sink.path", "Sink tables and checkpoint (Spark sink stage)."),
             _option("interval", interval_path, "Time between rounds, e.g. 20s."),
             _option("probe-id", "probe_id", "This probe instance's id (default: host name)."),
             _option("target", "target", "Name of the probed pipeline (the `target` label)."),
@@ -97,6 +102,35 @@ def _common(interval_path: str) -> Callable[[F], F]:
                 flag_value=True,
             ),
             _option("log-level", "log_level", "debug, info, warning or error."),
+            _option(
+                "targets",
+                "targets",
+                "Targets to probe, comma-separated: kafka, mqtt (default: those given).",
+            ),
+            _option("mqtt-url", "mqtt.url", "MQTT broker, mqtt://host:1883 or mqtts://host:8883."),
+            _option("mqtt-target", "mqtt.target", "The MQTT target's `target` label (mqtt)."),
+            _option("mqtt-topic-prefix", "mqtt.topic_prefix", "Shard topics <prefix>/<shard>."),
+            _option("mqtt-shards", "mqtt.shards", "Number of MQTT shards (default 3).", type=int),
+            _option("mqtt-qos", "mqtt.qos", "MQTT QoS: 0, 1 or 2 (default 1).", type=int),
+            _option("mqtt-username", "mqtt.username", "MQTT user name."),
+            _option(
+                "mqtt-password",
+                "mqtt.password",
+                "MQTT password (prefer the environment variable: a flag shows in ps).",
+            ),
+            _option(
+                "mqtt-persistent-session",
+                "mqtt.persistent_session",
+                "Keep the MQTT subscriber's session across disconnects.",
+                is_flag=True,
+                flag_value=True,
+            ),
+            _option(
+                "mqtt-bridge-topic",
+                "mqtt.bridge.topic",
+                "Kafka topic an MQTT-to-Kafka bridge copies the canaries to (stage bridge).",
+            ),
+            _option("mqtt-stages", "mqtt.stages", "MQTT target stages: mqtt, bridge."),
         ]
         for option in reversed(options):
             command = option(command)
@@ -150,7 +184,7 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
     """Run a few rounds, wait for every canary's fate, report, exit 0 (ok) or 1.
 
     Without --bootstrap-servers an embedded broker is started on a free loopback
-    port and stopped afterwards.
+    port and stopped afterwards, unless only other targets are given (--mqtt-url).
     """
     from probe.once import run_once  # noqa: PLC0415 - keep `--help` fast
 
@@ -182,14 +216,44 @@ def run(config_file: Path | None, **flags: Any) -> None:
     try:
         config = _load(config_file, flags)
         keyring = _keyring(config, ephemeral_ok=config.allow_ephemeral_key)
-        if not config.kafka.bootstrap_servers:
-            raise ConfigError("kafka.bootstrap_servers", "required for run (--bootstrap-servers)")
+        if "kafka" in config.targets and not config.kafka.bootstrap_servers:
+            raise ConfigError(
+                "kafka.bootstrap_servers", "required for run (--bootstrap-servers or --mqtt-url)"
+            )
+        if "sink" in config.stages:
+            _require_sink_settings(config)
     except ConfigError as error:
         _fail_config(error)
         return
     logs.configure(config.log_level)
     tracing.install_tracer_provider()
     asyncio.run(serve(config, keyring))
+
+
+@main.command()
+@_common("interval")
+@_option("metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", type=int)
+def sink(config_file: Path | None, **flags: Any) -> None:
+    """Run only the Spark sink stage and serve its metrics (e.g. under spark-submit)."""
+    try:
+        config = _load(config_file, flags)
+        keyring = _keyring(config, ephemeral_ok=False)
+        _require_sink_settings(config)
+    except ConfigError as error:
+        _fail_config(error)
+        return
+    logs.configure(config.log_level)
+    from probe.spark.standalone import serve_sink  # noqa: PLC0415 - Spark only here
+
+    asyncio.run(serve_sink(config, keyring))
+
+
+def _require_sink_settings(config: ProbeConfig) -> None:
+    # A long-running sink must keep its checkpoint and tables somewhere durable.
+    if not config.kafka.bootstrap_servers:
+        raise ConfigError("kafka.bootstrap_servers", "required by the sink stage")
+    if config.sink.path is None:
+        raise ConfigError("sink.path", "required for a long-running sink (--sink-path)")
 
 
 @main.command()
@@ -216,3 +280,7 @@ def keygen(kid: str | None, output: Path | None) -> None:
         os.fchmod(handle.fileno(), 0o600)
         handle.write(text)
     click.echo(f"wrote {output}", err=True)
+
+
+if __name__ == "__main__":  # `spark-submit .../probe/cli.py sink ...`
+    main()

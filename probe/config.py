@@ -16,6 +16,7 @@ import re
 import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -31,6 +32,7 @@ from pydantic import (
 )
 
 from probe.errors import ConfigError
+from probe.transport import TRANSPORTS
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -112,6 +114,143 @@ class KafkaConfig(_Section):
     sasl: SaslConfig | None = None
 
 
+def _names(value: object) -> object:
+    """A list of names from YAML, or comma-separated from a flag or the environment."""
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return value
+
+
+def _int_text(value: object) -> object:
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
+
+def _text(value: object) -> object:
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+class MqttTlsConfig(TlsConfig):
+    """TLS towards the MQTT broker; on exactly when the URL is ``mqtts://``."""
+
+    # The name checked against the broker's certificate (and sent as SNI) when the
+    # URL's host is not that name: an IP address, a load balancer in front.
+    server_name: str | None = Field(default=None, min_length=1)
+
+
+class MqttBridgeConfig(_Section):
+    """An MQTT-to-Kafka bridge path: the Kafka topic a bridge copies the canaries to.
+
+    It is read with the ``kafka`` section's connection settings (servers, TLS, SASL,
+    fetch wait); the probe never writes to it.
+    """
+
+    topic: str = Field(min_length=1, max_length=249)
+
+
+MqttStage = Literal["mqtt", "bridge"]
+MQTT_PORTS = {"mqtt": 1883, "mqtts": 8883}
+
+
+class MqttConfig(_Section):
+    """An MQTT target: canaries to ``<topic_prefix>/<shard>``, read back by a subscriber."""
+
+    # mqtt://host[:1883] or mqtts://host[:8883]; None: no MQTT target.
+    url: str | None = None
+    # The `target` label of the MQTT target's series.
+    target: str = Field(default="mqtt", min_length=1, max_length=255)
+    topic_prefix: str = Field(default="synthetic-sla", min_length=1, max_length=200)
+    shards: int = Field(default=3, ge=1, le=100_000)
+    qos: Annotated[Literal[0, 1, 2], BeforeValidator(_int_text)] = 1
+    # YAML reads `protocol: 5` as a number and `3.1.1` as text: both are accepted.
+    protocol: Annotated[Literal["5", "3.1.1"], BeforeValidator(_text)] = "5"
+    # Client ids are <client_id>-pub and <client_id>-sub; default sla-probe-<probe_id>.
+    # The subscriber's must be stable across restarts for a persistent session.
+    client_id: str | None = Field(default=None, min_length=1, max_length=100)
+    username: str | None = Field(default=None, min_length=1)
+    password: Annotated[SecretStr | None, Field(validate_default=True)] = None
+    tls: MqttTlsConfig | None = None
+    # Keep the subscriber's session (and the QoS 1/2 canaries queued for it) across
+    # disconnects, for session_expiry (MQTT 5; MQTT 3.1.1 brokers keep it their way).
+    persistent_session: bool = False
+    session_expiry: Duration = 300.0
+    keepalive: Duration = 30.0
+    # No acknowledgement (PUBACK at QoS 1, PUBCOMP at 2) by then: produce_failed.
+    send_timeout: Duration = 10.0
+    # Canaries per second at most; a round of many shards is spread out so the probe
+    # never saturates itself (its arrivals would wait behind its own sends and be
+    # measured late). 1,000 shards at 500/s: 2 s per round. 0: no limit.
+    max_send_rate: float = Field(default=500.0, ge=0)
+    bridge: MqttBridgeConfig | None = None
+    # Which stages judge the canaries; default mqtt, plus bridge when a bridge is set.
+    stages: tuple[MqttStage, ...] = Field(default=None, validate_default=True)
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _no_wildcards(cls, prefix: str) -> str:
+        if any(char in prefix for char in "+#\0"):
+            raise ValueError("must not contain the MQTT wildcards + and #")
+        return prefix.rstrip("/") or prefix
+
+    @field_validator("url")
+    @classmethod
+    def _mqtt_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            parse_mqtt_url(url)
+        return url
+
+    @field_validator("tls")
+    @classmethod
+    def _tls_with_mqtts(cls, tls: MqttTlsConfig | None, info: ValidationInfo) -> object:
+        url = info.data.get("url")
+        if tls is not None and url is not None and parse_mqtt_url(url)[0] != "mqtts":
+            raise ValueError("set, but mqtt.url is mqtt://; TLS is on exactly with mqtts://")
+        return tls
+
+    @field_validator("password")
+    @classmethod
+    def _password_with_user(cls, password: SecretStr | None, info: ValidationInfo) -> object:
+        if password is not None and info.data.get("username") is None:
+            raise ValueError("needs mqtt.username")
+        return password
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _stages(cls, stages: object, info: ValidationInfo) -> object:
+        has_bridge = info.data.get("bridge") is not None
+        if stages is None:
+            return ("mqtt", "bridge") if has_bridge else ("mqtt",)
+        stages = _names(stages)
+        if isinstance(stages, list | tuple):
+            if not stages:
+                raise ValueError("must name at least one stage: mqtt, bridge")
+            if "bridge" in stages and not has_bridge:
+                raise ValueError("bridge needs mqtt.bridge.topic")
+            return tuple(dict.fromkeys(stages))
+        return stages
+
+
+def parse_mqtt_url(url: str) -> tuple[str, str, int]:
+    """``mqtts://broker:8883`` -> ("mqtts", "broker", 8883). Raises ValueError.
+
+    Credentials are refused in the URL: they would end up in logs and in ``ps``;
+    they belong in mqtt.username and mqtt.password (or SLA_PROBE_MQTT_PASSWORD).
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in MQTT_PORTS:
+        raise ValueError(f"{url!r}: use mqtt://host[:port] or mqtts://host[:port]")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("credentials do not belong in the URL; use mqtt.username/password")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"{url!r}: only a scheme, a host and a port are allowed")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{url!r}: bad port") from None
+    if not parts.hostname:
+        raise ValueError(f"{url!r}: no host")
+    return parts.scheme, parts.hostname, port or MQTT_PORTS[parts.scheme]
+
+
 class JudgeConfig(_Section):
     """When a canary counts as delivered, late or lost."""
 
@@ -149,6 +288,28 @@ class OnceConfig(_Section):
     loss_timeout: Duration = 10.0
 
 
+KafkaStage = Literal["consumer", "sink"]
+
+
+class SinkConfig(_Section):
+    """The Spark sink stage: canaries judged after Spark wrote them to a table."""
+
+    # local[*] runs Spark inside the probe; null keeps what spark-submit configured.
+    master: str | None = "local[*]"
+    # Tables (canaries/, quarantine/, verdicts/) and, by default, the checkpoint live
+    # under it; any Hadoop-compatible URI. `once` uses a fresh temporary one if unset.
+    path: str | None = None
+    checkpoint: str | None = None
+    trigger: Duration = 2.0
+    # The sink's own freshness deadline: a stream processor adds its trigger interval
+    # and batch time to the broker's latency, so it gets a looser bound than judge.freshness.
+    freshness: Duration = 30.0
+    # The event-time watermark trails the newest canary by this much.
+    allowed_lateness: Duration = 60.0
+    max_records_per_batch: int | None = Field(default=10_000, ge=1)
+    starting_offsets: Literal["latest", "earliest"] = "latest"
+
+
 class ProbeConfig(_Section):
     probe_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
     # The `target` label of every series: which pipeline this probe watches.
@@ -162,6 +323,46 @@ class ProbeConfig(_Section):
     canary: CanaryConfig = CanaryConfig()
     metrics: MetricsConfig = MetricsConfig()
     once: OnceConfig = OnceConfig()
+    mqtt: MqttConfig = MqttConfig()
+    # Stages judging the Kafka target: the direct consumer, and the Spark sink (opt-in).
+    stages: tuple[KafkaStage, ...] = ("consumer",)
+    sink: SinkConfig = SinkConfig()
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _kafka_stages(cls, stages: object) -> object:
+        if isinstance(stages, str):
+            stages = [name.strip() for name in stages.split(",") if name.strip()]
+        if isinstance(stages, list | tuple) and not stages:
+            raise ValueError("must name at least one of: consumer, sink")
+        return tuple(dict.fromkeys(stages)) if isinstance(stages, list | tuple) else stages
+
+    # Which targets to probe, by transport name. Default: MQTT when mqtt.url is set,
+    # Kafka when kafka.bootstrap_servers is set or nothing else is (`once` then
+    # starts the embedded broker). Name both to probe both.
+    targets: tuple[str, ...] = Field(default=None, validate_default=True)
+
+    @field_validator("targets", mode="before")
+    @classmethod
+    def _targets(cls, targets: object, info: ValidationInfo) -> object:
+        kafka, mqtt = info.data.get("kafka"), info.data.get("mqtt")
+        mqtt_url = mqtt.url if isinstance(mqtt, MqttConfig) else None
+        if targets is None:
+            has_kafka = isinstance(kafka, KafkaConfig) and bool(kafka.bootstrap_servers)
+            derived = [name for name, given in (("kafka", has_kafka), ("mqtt", mqtt_url)) if given]
+            return tuple(derived) or ("kafka",)
+        targets = _names(targets)
+        if not isinstance(targets, list | tuple):
+            return targets
+        if not targets:
+            raise ValueError(f"must name at least one of: {', '.join(TRANSPORTS)}")
+        for name in targets:
+            # The transport map is the one list of target kinds, for code and config.
+            if name not in TRANSPORTS:
+                raise ValueError(f"unknown target {name!r}; known: {', '.join(TRANSPORTS)}")
+        if "mqtt" in targets and not mqtt_url:
+            raise ValueError("mqtt needs mqtt.url (--mqtt-url)")
+        return tuple(dict.fromkeys(targets))
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: object) -> None:
@@ -210,9 +411,24 @@ def load(path: Path | None = None, overrides: dict[str, object] | None = None) -
         config = ProbeConfig.model_validate(tree)
     except ValidationError as exc:
         raise _first_error(exc) from None
-    # Across sections: a canary cannot be lost before it could have been late.
-    if config.once.loss_timeout < config.judge.freshness:
-        raise ConfigError(
-            "once.loss_timeout", f"must be >= judge.freshness ({config.judge.freshness:g}s)"
-        )
+    _check_mqtt_target(config)
     return config
+
+
+def _check_mqtt_target(config: ProbeConfig) -> None:
+    if "mqtt" not in config.targets:
+        return
+    mqtt = config.mqtt
+    if "bridge" in mqtt.stages and not config.kafka.bootstrap_servers:
+        raise ConfigError(
+            "kafka.bootstrap_servers", "required by the mqtt bridge stage (the bridge's Kafka)"
+        )
+    if mqtt.max_send_rate and mqtt.shards / mqtt.max_send_rate >= config.interval:
+        raise ConfigError(
+            "mqtt.max_send_rate",
+            f"{mqtt.shards} shards at {mqtt.max_send_rate:g}/s take longer than the interval "
+            f"({config.interval:g}s)",
+        )
+    # Both targets export the same series: one label value must not hold both.
+    if "kafka" in config.targets and mqtt.target == config.target:
+        raise ConfigError("mqtt.target", f"must differ from target ({config.target!r})")

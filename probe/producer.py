@@ -48,6 +48,8 @@ class CanaryProducer:
         stages: Sequence[Stage],
         metrics: ProbeMetrics | None = None,
         pad_to: int = 0,
+        max_in_flight: int | None = None,
+        spacing: float = 0.0,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self._own = own
@@ -59,12 +61,46 @@ class CanaryProducer:
         self._pad_to = pad_to
         self._clock_ns = clock_ns
         self._next_seq: dict[int, int] = {}
+        self._max_in_flight = max_in_flight
+        self._spacing = spacing
 
     async def produce_round(self, partitions: Sequence[int]) -> None:
         """One canary to each partition, concurrently; returns when all are settled."""
         if self._metrics is not None:
             self._metrics.rounds.labels(self._target).inc()
-        await asyncio.gather(*(self._produce(partition) for partition in partitions))
+        if self._max_in_flight is None and not self._spacing:
+            await asyncio.gather(*(self._produce(partition) for partition in partitions))
+            return
+        # Canaries are stamped when they are created, so whatever queue they wait in
+        # inside the probe would be measured as the pipeline's latency. A transport
+        # that sends a few at a time (MQTT's in-flight window) gets them a few at a
+        # time; with a spacing, they also start at most one per `spacing` seconds on
+        # average, so a round of many shards does not saturate the probe, whose
+        # arrivals would then wait behind its own sends. They start in bursts of a
+        # window each: one timer per burst, and the sends of a burst share writes.
+        burst = self._max_in_flight or 1
+        window = asyncio.Semaphore(self._max_in_flight or len(partitions) or 1)
+        loop = asyncio.get_running_loop()
+        next_burst = loop.time()
+        sends: list[asyncio.Task[None]] = []
+        try:
+            for count, partition in enumerate(partitions):
+                await window.acquire()
+                if self._spacing and count % burst == 0:
+                    await asyncio.sleep(max(0.0, next_burst - loop.time()))
+                    next_burst = max(next_burst, loop.time()) + burst * self._spacing
+                sends.append(asyncio.create_task(self._produce_releasing(partition, window)))
+        except asyncio.CancelledError:
+            for send in sends:
+                send.cancel()
+            raise
+        await asyncio.gather(*sends)
+
+    async def _produce_releasing(self, partition: int, window: asyncio.Semaphore) -> None:
+        try:
+            await self._produce(partition)
+        finally:
+            window.release()
 
     async def _produce(self, partition: int) -> None:
         seq = self._next_seq.get(partition, 0)

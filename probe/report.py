@@ -103,7 +103,8 @@ class Tally:
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=2, sort_keys=False)
 
-    def to_table(self) -> str:
+    def to_table(self, *, verdict: bool = True) -> str:
+        """The table; ``verdict`` False leaves out the closing ``result:`` line."""
         header = (
             "stage",
             "delivered",
@@ -145,8 +146,37 @@ class Tally:
             )
             for row in rows
         ]
-        verdict = "PASS" if self.ok else "FAIL"
-        return "\n".join([f"target {self.target}", *lines, f"result: {verdict}"])
+        closing = [f"result: {'PASS' if self.ok else 'FAIL'}"] if verdict else []
+        return "\n".join([f"target {self.target}", *lines, *closing])
+
+
+@dataclass
+class Report:
+    """The tallies of every probed target; ok only when every one is.
+
+    One target renders exactly as its :class:`Tally`. Several render as one table per
+    target and a single verdict; as JSON, ``{"ok": ..., "targets": {name: tally}}``.
+    """
+
+    tallies: list[Tally]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.tallies) and all(tally.ok for tally in self.tallies)
+
+    def as_dict(self) -> dict[str, object]:
+        if len(self.tallies) == 1:
+            return self.tallies[0].as_dict()
+        return {"ok": self.ok, "targets": {t.target: t.as_dict() for t in self.tallies}}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2, sort_keys=False)
+
+    def to_table(self) -> str:
+        if len(self.tallies) == 1:
+            return self.tallies[0].to_table()
+        tables = [tally.to_table(verdict=False) for tally in self.tallies]
+        return "\n\n".join(tables) + f"\nresult: {'PASS' if self.ok else 'FAIL'}"
 
 
 def _ms(value: object) -> str:

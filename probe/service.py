@@ -1,8 +1,10 @@
 """`sla-probe run`: the long-running probe service.
 
 It serves /metrics, /healthz and /readyz from the start (a probe that cannot reach
-its broker is measuring an outage: alive, not ready), connects with backoff, then
-produces on every wall-clock tick while the consumer stage judges arrivals.
+its broker is measuring an outage: alive, not ready), connects every configured
+target with backoff, then produces on every wall-clock tick while the stages judge
+arrivals. Targets are independent: one broker being down never stops the others.
+/readyz is 200 only while every target is ready, and lists each one's state.
 SIGTERM and SIGINT stop it cleanly within a few seconds.
 """
 
@@ -20,6 +22,7 @@ from probe.config import ProbeConfig
 from probe.http import MetricsServer, build_app
 from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics
+from probe.stage import SINK_STAGE
 from probe.target import TargetProbe
 
 log = logging.getLogger(__name__)
@@ -52,24 +55,50 @@ async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | Non
         latency_thresholds=(config.metrics.latency_threshold, config.judge.freshness),
         version=probe_version(),
     )
-    target = TargetProbe(config, keyring, [metrics], metrics=metrics)
-    server = MetricsServer(
-        build_app(registry, target.readiness), config.metrics.host, config.metrics.port
-    )
+    targets = [
+        TargetProbe(config, keyring, [metrics], metrics=metrics, kind=kind)
+        for kind in config.targets
+    ]
+
+    sink = None
+    if SINK_STAGE in config.stages and "kafka" in config.targets:
+        from probe.spark.stage import SparkSinkStage  # noqa: PLC0415 - Spark only when asked
+
+        sink = SparkSinkStage(config, keyring, [metrics], metrics=metrics, registry=registry)
+
+    def readiness() -> tuple[bool, str]:
+        if sink is not None and (failure := sink.failure()) is not None:
+            return False, f"sink query failed: {failure}"
+        states = [(target.target, *target.readiness()) for target in targets]
+        if len(states) == 1:
+            return states[0][1:]
+        reasons = "; ".join(f"{name}: {reason}" for name, _, reason in states)
+        return all(ready for _, ready, _ in states), reasons
+
+    server = MetricsServer(build_app(registry, readiness), config.metrics.host, config.metrics.port)
     await server.start()
     log.info("serving metrics on %s:%d", config.metrics.host, server.port)
 
-    async def probe_forever() -> None:
+    async def probe_forever(target: TargetProbe) -> None:
         await target.connect()
-        consumer = asyncio.create_task(target.consume(), name="consume")
+        if sink is not None and target.kind == "kafka":
+            # Produce only once the sink's source is positioned, or the first canaries
+            # would be written before the sink started reading.
+            sink.watch(target.partitions, config.probe_id)
+            await sink.start()
+        consumer = asyncio.create_task(target.consume(), name=f"consume {target.target}")
         try:
             await target.run_rounds(config.interval, stop)
         finally:
             consumer.cancel()
 
     tasks = [
-        asyncio.create_task(probe_forever(), name="rounds"),
-        asyncio.create_task(target.expire_forever(), name="expire"),
+        task
+        for target in targets
+        for task in (
+            asyncio.create_task(probe_forever(target), name=f"rounds {target.target}"),
+            asyncio.create_task(target.expire_forever(), name=f"expire {target.target}"),
+        )
     ]
     stopped = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -83,5 +112,7 @@ async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | Non
     await asyncio.wait([*tasks, stopped], timeout=TASK_GRACE)
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(CLOSE_GRACE):
-            await target.close()
+            await asyncio.gather(*(target.close() for target in targets))
+    if sink is not None:
+        await sink.stop()
     await server.stop()

@@ -33,6 +33,9 @@ from probe.transport import Arrival, Transport
 
 log = logging.getLogger(__name__)
 
+# The Spark sink stage judges in Spark (probe.spark), not in a Stage of this process.
+SINK_STAGE = "sink"
+
 
 class Recorder(Protocol):
     """Where findings go: the Prometheus metrics, the `once` report."""
@@ -92,12 +95,19 @@ class Stage:
         self._max_size = max_size
 
     def watch(self, partitions: Sequence[int], now_ns: int) -> None:
-        """Start staleness tracking of partitions before their first canary arrives."""
+        """Track exactly these partitions' staleness, from before their first canary.
+
+        A partition that is gone (a topic re-created with fewer partitions, fewer
+        shards configured) stops being tracked, or its staleness would rise forever
+        and page on a partition that no longer exists.
+        """
         known = set(self.judge.streams())
-        for partition in partitions:
-            key = StreamKey(self._own.probe_id, self.target, partition)
-            if key not in known:
-                self.judge.watch(key, now_ns)
+        wanted = {StreamKey(self._own.probe_id, self.target, p) for p in partitions}
+        for key in wanted - known:
+            self.judge.watch(key, now_ns)
+        for key in known - wanted:
+            if key.probe_id == self._own.probe_id and key.target == self.target:
+                self.judge.unwatch(key)
 
     def on_acked(self, canary: Canary, now_ns: int) -> None:
         self._record(self.judge.on_acked(canary, now_ns))
@@ -112,11 +122,13 @@ class Stage:
             self._record(findings)
             for finding in findings:
                 if isinstance(finding, Fate):
+                    # The canary's own partition: a bridge stage reads shard canaries
+                    # from whichever Kafka partition the bridge chose.
                     tracing.record_arrival(
                         verdict.trace_context,
                         self.name,
                         self.target,
-                        arrival.partition,
+                        verdict.partition,
                         finding.outcome.value,
                     )
         elif verdict is None:

@@ -1,10 +1,17 @@
-"""One probed target, assembled: transport, producer, stages and their judge.
+"""One probed target, assembled: transport, producer, stages and their judges.
 
-This is the imperative shell around the pure core for one Kafka target. `run` drives
-it forever on wall-clock ticks; `once` drives a few quick rounds and waits for every
-canary's fate. Both share the sequence of a round: refresh the partition list, make
-sure the consumer reads every partition (before anything is produced to it, so the
-first canary of a new partition is never misjudged as lost), then produce.
+This is the imperative shell around the pure core for one target: a Kafka topic
+(stage ``consumer``) or a set of MQTT shard topics (stage ``mqtt``, and ``bridge`` for
+an MQTT-to-Kafka bridge path). `run` drives every configured target forever on
+wall-clock ticks; `once` drives a few quick rounds and waits for every canary's fate.
+Both share the sequence of a round: refresh the partition (shard) list, make sure
+every stage's reader covers it (before anything is produced to it, so the first
+canary of a new partition is never misjudged as lost), then produce.
+
+Each stage has its own judge (a canary has one fate *per stage*) and hears of every
+acknowledgement. The bridge stage reads a Kafka topic that a bridge fills from the
+MQTT shards; whatever Kafka partition a canary lands on, it is judged on the stream
+of its own shard, read from the canary itself.
 """
 
 from __future__ import annotations
@@ -30,11 +37,33 @@ from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics
 from probe.producer import CanaryProducer, next_tick_ns
 from probe.stage import Recorder, Stage
+from probe.transport import TRANSPORTS, Transport
 from probe.transport.kafka import KafkaTransport
 
 log = logging.getLogger(__name__)
 
 CONSUMER_STAGE = "consumer"
+MQTT_STAGE = "mqtt"
+BRIDGE_STAGE = "bridge"
+
+
+def target_name(config: ProbeConfig, kind: str) -> str:
+    """The `target` label of the target of this kind (a key of TRANSPORTS)."""
+    return config.mqtt.target if kind == "mqtt" else config.target
+
+
+def stage_names(config: ProbeConfig, kind: str) -> tuple[str, ...]:
+    return tuple(config.mqtt.stages) if kind == "mqtt" else (CONSUMER_STAGE,)
+
+
+def bridge_config(config: ProbeConfig) -> ProbeConfig:
+    """The Kafka settings the bridge stage reads with: the kafka section's connection,
+    the bridge's topic, and never creating it (the bridge owns that topic)."""
+    assert config.mqtt.bridge is not None
+    kafka = config.kafka.model_copy(
+        update={"topic": config.mqtt.bridge.topic, "create_topic": False}
+    )
+    return config.model_copy(update={"kafka": kafka})
 
 
 def _ns(seconds: float) -> int:
@@ -42,11 +71,13 @@ def _ns(seconds: float) -> int:
 
 
 class TargetProbe:
-    """A Kafka target with its consumer stage.
+    """One target with its stages: ``kind`` is a key of TRANSPORTS (kafka, mqtt).
 
-    >>> probe = TargetProbe(config, keyring, [metrics], metrics=metrics)
+    >>> probe = TargetProbe(config, keyring, [metrics], metrics=metrics, kind="mqtt")
     >>> await probe.connect()
     >>> await probe.produce_round()
+
+    ``stage`` and ``judge`` are the first stage's (the only one of a Kafka target).
     """
 
     def __init__(
@@ -55,34 +86,47 @@ class TargetProbe:
         keyring: KeyRing,
         recorders: Sequence[Recorder],
         *,
+        kind: str = "kafka",
         metrics: ProbeMetrics | None = None,
         loss_timeout: float | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.config = config
-        self.target = config.target
+        self.kind = kind
+        self.target = target_name(config, kind)
         self._keyring = keyring
         self._metrics = metrics
         self._clock_ns = clock_ns
         self.own = OwnProbe(config.probe_id, incarnation=clock_ns())
         policy = JudgePolicy(
             freshness_ns=_ns(config.judge.freshness),
-            loss_timeout_ns=_ns(loss_timeout or config.judge.loss_timeout),
+            # A canary cannot be lost before it could have been late: `once` may ask
+            # for a loss timeout shorter than the configured freshness.
+            loss_timeout_ns=_ns(
+                max(loss_timeout or config.judge.loss_timeout, config.judge.freshness)
+            ),
         )
-        self.judge = Judge(policy, own=self.own)
-        self.stage = Stage(
-            CONSUMER_STAGE,
-            self.target,
-            self.judge,
-            keyring,
-            own=self.own,
-            recorders=recorders,
-            max_size=config.canary.max_size,
-        )
+        self.stages = [
+            Stage(
+                name,
+                self.target,
+                Judge(policy, own=self.own),
+                keyring,
+                own=self.own,
+                recorders=recorders,
+                max_size=config.canary.max_size,
+            )
+            for name in stage_names(config, kind)
+        ]
+        self.stage = self.stages[0]
+        self.judge = self.stage.judge
         if metrics is not None:
             metrics.declare_target(self.target)
-            metrics.declare_stage(self.target, CONSUMER_STAGE, self.judge)
-        self.transport: KafkaTransport | None = None
+            for stage in self.stages:
+                metrics.declare_stage(self.target, stage.name, stage.judge)
+        self.transport: Transport | None = None
+        # Stages that read somewhere else than the target's own transport (the bridge).
+        self._readers: dict[str, Transport] = {}
         self.producer: CanaryProducer | None = None
         self.partitions: list[int] = []
         self._ready = False
@@ -122,47 +166,75 @@ class TargetProbe:
         log.warning("target %s: %s; retrying in %.1fs", self.target, self._reason, delay)
 
     async def _connect_once(self) -> None:
-        transport = KafkaTransport(self.config.kafka)
+        transport = TRANSPORTS[self.kind](self.config, on_reconnect=self._count_reconnect)
         try:
             await transport.start()
         except TransportError as exc:
             self._set_ready(False, str(exc))
             raise
+        readers: dict[str, Transport] = {}
+        if any(stage.name == BRIDGE_STAGE for stage in self.stages):
+            bridge = TRANSPORTS["kafka"](bridge_config(self.config), on_reconnect=lambda: None)
+            try:
+                await bridge.start()
+            except TransportError as exc:
+                await transport.close()
+                self._set_ready(False, f"bridge: {exc}")
+                raise
+            readers[BRIDGE_STAGE] = bridge
         self.transport = transport
+        self._readers = readers
         self.producer = CanaryProducer(
             own=self.own,
             target=self.target,
             transport=transport,
             keyring=self._keyring,
-            stages=[self.stage],
+            stages=self.stages,
             metrics=self._metrics,
             pad_to=self.config.canary.size,
+            max_in_flight=transport.max_in_flight,
+            spacing=self._spacing(),
             clock_ns=self._clock_ns,
         )
         await self.refresh()
 
+    def _spacing(self) -> float:
+        rate = self.config.mqtt.max_send_rate if self.kind == "mqtt" else 0.0
+        return 1.0 / rate if rate else 0.0
+
+    def _count_reconnect(self) -> None:
+        if self._metrics is not None:
+            self._metrics.reconnects.labels(self.target).inc()
+
     async def close(self) -> None:
-        if self.transport is not None:
-            await self.transport.close()
+        transports = [t for t in (self.transport, *self._readers.values()) if t is not None]
+        await asyncio.gather(*(transport.close() for transport in transports))
 
     # -- rounds ----------------------------------------------------------------------
 
     async def refresh(self) -> list[int]:
-        """The topic's partitions, covered by the consumer. Keeps the last list on failure."""
+        """The partitions (shards), covered by every stage. Keeps the last list on failure.
+
+        A bridge stage that cannot read makes the target unready but does not stop
+        the round: its canaries are then judged lost, which is what the bridge path did.
+        """
         assert self.transport is not None, "connect() first"
         kafka = self.config.kafka
+        timeout = self.config.mqtt.send_timeout if self.kind == "mqtt" else kafka.send_timeout
+        transport = self.transport
         try:
-            async with asyncio.timeout(kafka.send_timeout):
-                partitions = await self.transport.partitions()
+            async with asyncio.timeout(timeout):
+                partitions = await transport.partitions()
                 # A topic can vanish (deleted, or a broker that lost its storage);
                 # with create_topic the probe puts it back rather than going silent.
-                if not partitions and kafka.create_topic:
-                    await self.transport.ensure_topic(kafka.partitions, kafka.replication_factor)
-                    partitions = await self.transport.partitions()
-                if partitions:
-                    await self.transport.cover(partitions)
+                if not partitions and kafka.create_topic and isinstance(transport, KafkaTransport):
+                    await transport.ensure_topic(kafka.partitions, kafka.replication_factor)
+                    partitions = await transport.partitions()
+                if partitions and any(s.name not in self._readers for s in self.stages):
+                    await transport.cover(partitions)
         except (TransportError, TimeoutError) as exc:
-            self._set_ready(False, f"metadata refresh failed: {exc or 'timeout'}")
+            prefix = "" if self.kind == "mqtt" else "metadata refresh failed: "
+            self._set_ready(False, f"{prefix}{exc or 'timeout'}")
             return self.partitions
         if not partitions:
             self._set_ready(False, f"topic {kafka.topic} not found")
@@ -170,11 +242,37 @@ class TargetProbe:
         if partitions != self.partitions:
             log.info("target %s: partitions %s", self.target, partitions)
         self.partitions = partitions
-        self.stage.watch(partitions, self._clock_ns())
+        now_ns = self._clock_ns()
+        for stage in self.stages:
+            stage.watch(partitions, now_ns)
         if self._metrics is not None:
             self._metrics.partitions.labels(self.target).set(len(partitions))
-        self._set_ready(True, f"topic {kafka.topic}: {len(partitions)} partitions")
+        problems = [
+            await self._cover_reader(name, reader, timeout)
+            for name, reader in self._readers.items()
+        ]
+        problem = "; ".join(p for p in problems if p)
+        self._set_ready(not problem, problem or self._describe(partitions))
         return partitions
+
+    async def _cover_reader(self, stage: str, reader: Transport, within: float) -> str:
+        """Cover every partition of a stage's own reader; the problem, or "" if none."""
+        try:
+            async with asyncio.timeout(within):
+                found = await reader.partitions()
+                if found:
+                    await reader.cover(found)
+        except (TransportError, TimeoutError) as exc:
+            return f"{stage}: {exc or 'timeout'}"
+        if not found:
+            return f"{stage}: topic {bridge_config(self.config).kafka.topic} not found"
+        return ""
+
+    def _describe(self, partitions: Sequence[int]) -> str:
+        if self.kind == "mqtt":
+            prefix = self.config.mqtt.topic_prefix
+            return f"mqtt topics {prefix}/0..{len(partitions) - 1}: {len(partitions)} shards"
+        return f"topic {self.config.kafka.topic}: {len(partitions)} partitions"
 
     async def produce_round(self) -> None:
         """Refresh metadata, then one canary to every partition the consumer covers.
@@ -204,11 +302,23 @@ class TargetProbe:
             await self.produce_round()
 
     async def consume(self) -> None:
-        assert self.transport is not None, "connect() first"
-        await self.stage.consume(self.transport)
+        """Every stage judges what its reader brings, until cancelled."""
+        transport = self.transport
+        assert transport is not None, "connect() first"
+        await asyncio.gather(
+            *(stage.consume(self._readers.get(stage.name, transport)) for stage in self.stages)
+        )
+
+    def expire(self, now_ns: int) -> None:
+        for stage in self.stages:
+            stage.expire(now_ns)
+
+    def pending_count(self) -> int:
+        """Canaries acknowledged whose fate some stage has not decided yet."""
+        return sum(stage.judge.pending_count() for stage in self.stages)
 
     async def expire_forever(self, period: float = 1.0) -> None:
-        """The judge's clock: decide `lost` for canaries past their loss timeout."""
+        """The judges' clock: decide `lost` for canaries past their loss timeout."""
         while True:
-            self.stage.expire(self._clock_ns())
+            self.expire(self._clock_ns())
             await asyncio.sleep(period)

@@ -49,6 +49,14 @@ def produce_span(target: str, partition: int, seq: int) -> Iterator[str | None]:
         yield carrier.get("traceparent")
 
 
+def current_traceparent() -> str | None:
+    """The traceparent of the current span, for carriers beside the canary's own copy
+    (MQTT 5 user properties, which a bridge can map onto Kafka headers)."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier.get("traceparent")
+
+
 def record_arrival(
     trace_context: str | None, stage: str, target: str, partition: int, outcome: str
 ) -> None:

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.keys import generate_key_ring
+from tests.mosquitto import Mosquitto
 
 T = TypeVar("T")
 SLA_PROBE = str(Path(sys.executable).with_name("sla-probe"))
@@ -166,3 +167,18 @@ def start_probe(tmp_path: Path) -> Iterator[Callable[..., RunningProbe]]:
         if probe.process.poll() is None:
             probe.process.kill()
             probe.process.wait()
+
+
+# --- MQTT: real Mosquitto brokers of the tests' own (see tests/mosquitto.py) ----------
+
+
+@pytest.fixture(scope="session")
+def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
+    """One plain Mosquitto for the session; tests isolate themselves by topic prefix."""
+    with Mosquitto(tmp_path_factory.mktemp("mosquitto")) as running:
+        yield running
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    return f"sla-{uuid.uuid4().hex[:10]}"

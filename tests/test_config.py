@@ -36,7 +36,6 @@ def test_bad_durations(text: str) -> None:
         ("kafka:\n  partitions: 0\n", {}, "kafka.partitions"),
         ("kafka:\n  topik: x\n", {}, "kafka.topik"),
         ("judge:\n  freshness: 10s\n  loss_timeout: 5s\n", {}, "judge.loss_timeout"),
-        ("once:\n  loss_timeout: 3s\n", {}, "once.loss_timeout"),
         ("kafka:\n  tls:\n    cert_file: c.pem\n", {}, "kafka.tls.key_file"),
         (
             "kafka:\n  sasl:\n    mechanism: GSSAPI\n    username: u\n    password: p\n",

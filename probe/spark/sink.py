@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -68,11 +71,9 @@ from probe.judge import (
 from probe.keys import KeyRing
 from probe.spark.health import HealthListener, SparkHealth
 from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource
-from probe.stage import Recorder
+from probe.stage import SINK_STAGE, Recorder
 
 log = logging.getLogger(__name__)
-
-SINK_STAGE = "sink"
 
 DECODED = StructType(
     [
@@ -113,6 +114,52 @@ JUDGED = StructType(
         StructField("value", BinaryType()),
     ]
 )
+
+
+# The sink tables. Columns are typed here, not inferred from a batch: a column that
+# is null in one batch must not change type in the next.
+TABLE_SCHEMAS = {
+    "canaries": pa.schema(
+        [
+            ("probe_id", pa.string()),
+            ("target", pa.string()),
+            ("partition", pa.int32()),
+            ("incarnation", pa.int64()),
+            ("seq", pa.int64()),
+            ("produced_ns", pa.int64()),
+            ("judged_ns", pa.int64()),
+            ("sink_commit_ns", pa.int64()),
+            ("kafka_partition", pa.int32()),
+            ("kafka_offset", pa.int64()),
+            ("trace_context", pa.string()),
+        ]
+    ),
+    "verdicts": pa.schema(
+        [
+            ("kind", pa.string()),
+            ("probe_id", pa.string()),
+            ("target", pa.string()),
+            ("partition", pa.int32()),
+            ("incarnation", pa.int64()),
+            ("seq", pa.int64()),
+            ("produced_ns", pa.int64()),
+            ("outcome", pa.string()),
+            ("judged_ns", pa.int64()),
+            ("kafka_partition", pa.int32()),
+            ("kafka_offset", pa.int64()),
+        ]
+    ),
+    "quarantine": pa.schema(
+        [
+            ("claimed_probe_id", pa.string()),
+            ("reason", pa.string()),
+            ("kafka_partition", pa.int32()),
+            ("kafka_offset", pa.int64()),
+            ("value", pa.binary()),
+            ("quarantined_ns", pa.int64()),
+        ]
+    ),
+}
 
 
 def decode_batches(
@@ -474,26 +521,36 @@ class SinkJob:
             return self._committed.wait_for(lambda: self.batches_committed >= count, timeout)
 
     def _write(self, rows: pd.DataFrame, batch_id: int, commit_ns: int) -> None:
-        canaries = rows[rows["kind"] == "canary"].drop(columns=["kind", "outcome", "value"])
-        canaries = canaries.assign(sink_commit_ns=commit_ns)
-        verdicts = rows[rows["kind"].isin(["fate", "anomaly"])].drop(
-            columns=["trace_context", "value"]
+        canaries = rows[rows["kind"] == "canary"].assign(sink_commit_ns=commit_ns)
+        verdicts = rows[rows["kind"].isin(["fate", "anomaly"])]
+        quarantine = (
+            rows[rows["kind"] == "invalid"]
+            .rename(columns={"outcome": "reason", "probe_id": "claimed_probe_id"})
+            .assign(quarantined_ns=commit_ns)
         )
-        quarantine = rows[rows["kind"] == "invalid"][
-            ["probe_id", "outcome", "kafka_partition", "kafka_offset", "value"]
-        ].rename(columns={"outcome": "reason", "probe_id": "claimed_probe_id"})
-        quarantine = quarantine.assign(quarantined_ns=commit_ns)
         for name, frame in (
             ("canaries", canaries),
             ("verdicts", verdicts),
             ("quarantine", quarantine),
         ):
-            if frame.empty:
-                continue
-            # One directory per batch, overwritten: a replayed batch replaces itself.
-            self.spark.createDataFrame(frame.astype(object).where(frame.notna(), None)).write.mode(
-                "overwrite"
-            ).parquet(f"{self.settings.table(name)}/batch_id={batch_id}")
+            if not frame.empty:
+                self._write_table(name, frame, batch_id)
+
+    def _write_table(self, name: str, frame: pd.DataFrame, batch_id: int) -> None:
+        """One Parquet file per table and batch, written by the driver through Arrow's
+        file systems (local, HDFS, S3, GCS by URI): a handful of rows per batch does
+        not need a Spark job, and the file name is fixed, so a replayed batch
+        overwrites its own output instead of adding to it."""
+        schema = TABLE_SCHEMAS[name]
+        table = pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
+        # Hadoop names S3 `s3a://` (the checkpoint goes through Hadoop); Arrow, `s3://`.
+        uri = self.settings.table(name)
+        if uri.startswith("s3a://"):
+            uri = "s3://" + uri.removeprefix("s3a://")
+        filesystem, root = pafs.FileSystem.from_uri(uri)
+        directory = f"{root}/batch_id={batch_id}"
+        filesystem.create_dir(directory, recursive=True)
+        pq.write_table(table, f"{directory}/part-00000.parquet", filesystem=filesystem)
 
     def _count(self, rows: pd.DataFrame, commit_ns: int) -> None:
         target = self.settings.target

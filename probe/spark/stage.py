@@ -24,8 +24,8 @@ from probe.judge import StreamKey
 from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics
 from probe.spark.health import SparkHealth
-from probe.spark.sink import SINK_STAGE, SinkFreshness, SinkJob, SinkSettings
-from probe.stage import Recorder
+from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
+from probe.stage import SINK_STAGE, Recorder
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,8 @@ def sink_settings(config: ProbeConfig, path: str) -> SinkSettings:
         topic=kafka.topic,
         path=path,
         target=config.target,
-        freshness_s=config.judge.freshness,
-        loss_timeout_s=config.judge.loss_timeout,
+        freshness_s=sink.freshness,
+        loss_timeout_s=max(config.judge.loss_timeout, sink.freshness),
         allowed_lateness_s=sink.allowed_lateness,
         trigger_s=sink.trigger,
         max_records_per_batch=sink.max_records_per_batch,

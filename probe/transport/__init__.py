@@ -8,9 +8,12 @@ partition, stream arrivals, close. Client-library exceptions are mapped to
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from probe.config import ProbeConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +26,11 @@ class Arrival:
 
 
 class Transport(Protocol):
+    # How many canaries the producer should send at once (each stamped when it goes
+    # out), or None for a whole round at once: a transport that queues sends inside
+    # its client would otherwise add that queue to every measured latency.
+    max_in_flight: int | None
+
     async def start(self) -> None:
         """Connect. Raises TransportError if the target cannot be reached."""
 
@@ -47,3 +55,28 @@ class Transport(Protocol):
         """Every record read back, as it arrives. Survives broker outages."""
 
     async def close(self) -> None: ...
+
+
+class TransportFactory(Protocol):
+    def __call__(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
+        """The transport of one target; ``on_reconnect`` is called after each reconnection
+        the transport makes by itself (for ``synthetic_sla_reconnects_total``)."""
+
+
+# The client libraries are imported when a target of their kind is built, not when
+# the config is validated against this map.
+def _kafka(config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
+    # aiokafka reconnects inside its clients and does not tell: nothing to count.
+    from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
+
+    return KafkaTransport(config.kafka)
+
+
+def _mqtt(config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
+    from probe.transport.mqtt import MqttTransport  # noqa: PLC0415
+
+    return MqttTransport(config.mqtt, probe_id=config.probe_id, on_reconnect=on_reconnect)
+
+
+TRANSPORTS: Mapping[str, TransportFactory] = {"kafka": _kafka, "mqtt": _mqtt}
+"""Target kinds by name: what ``targets:`` in the config may name, and how each is built."""

@@ -81,6 +81,9 @@ def connection_options(config: KafkaConfig) -> dict[str, Any]:
 class KafkaTransport:
     """Canaries to every partition of one topic, read back by a manual-assignment consumer."""
 
+    # The producer batches a whole round into a request per broker: send it all at once.
+    max_in_flight: int | None = None
+
     def __init__(self, config: KafkaConfig) -> None:
         if not config.bootstrap_servers:
             raise TransportError("kafka.bootstrap_servers is not set")

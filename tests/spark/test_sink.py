@@ -21,7 +21,8 @@ from probe.judge import Outcome
 from probe.keys import KeyRing, generate_key_ring
 from probe.report import Tally
 from probe.spark.health import SparkHealth
-from probe.spark.sink import SINK_STAGE, SinkJob, SinkSettings
+from probe.spark.sink import SinkJob, SinkSettings
+from probe.stage import SINK_STAGE
 from probe.target import CONSUMER_STAGE, TargetProbe
 from tests.conftest import sample
 from tests.spark.conftest import until

@@ -1,0 +1,226 @@
+"""The bridge stage: canaries published to MQTT, carried into Kafka by a bridge, judged there.
+
+The bridge here is the test's own: an MQTT subscriber that produces every message to
+a Kafka topic on the embedded broker (keyed by MQTT topic, user properties as
+headers), as an MQTT-to-Kafka connector does. The topic has fewer partitions than
+there are shards, so the shard can only come from the canary itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+
+import aiomqtt
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from prometheus_client import CollectorRegistry
+
+from probe.config import ProbeConfig, load
+from probe.embedded import EmbeddedBroker
+from probe.errors import RejectReason
+from probe.judge import Fate, Finding, Outcome
+from probe.keys import generate_key_ring
+from probe.metrics import ProbeMetrics
+from probe.target import BRIDGE_STAGE, MQTT_STAGE, TargetProbe
+from tests.mosquitto import Mosquitto
+
+
+class FatesByShard:
+    """A recorder counting fates per (stage, shard, outcome)."""
+
+    def __init__(self) -> None:
+        self.fates: Counter[tuple[str, int, str]] = Counter()
+
+    def count(self, target: str, stage: str, findings: Sequence[Finding]) -> None:
+        for finding in findings:
+            if isinstance(finding, Fate):
+                self.fates[stage, finding.key.partition, finding.outcome.value] += 1
+
+    def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None:
+        raise AssertionError(f"unexpected invalid record at {stage}: {reason}")
+
+    def of(self, stage: str) -> dict[tuple[int, str], int]:
+        return {(s, o): n for (st, s, o), n in self.fates.items() if st == stage}
+
+
+@asynccontextmanager
+async def forwarding_bridge(
+    mosquitto: Mosquitto, prefix: str, kafka: EmbeddedBroker, topic: str, drop_shard: int = -1
+) -> AsyncIterator[None]:
+    """MQTT `<prefix>/+` -> Kafka `topic`, running until the block ends.
+
+    ``drop_shard`` is a shard the bridge silently does not carry: a broken route.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka.bootstrap_servers, acks="all", enable_idempotence=False
+    )
+    await producer.start()
+    subscribed = asyncio.Event()
+
+    async def carry() -> None:
+        async with aiomqtt.Client(
+            "127.0.0.1",
+            mosquitto.port,
+            identifier=f"test-bridge-{topic}",
+            protocol=aiomqtt.ProtocolVersion.V5,
+        ) as client:
+            await client.subscribe(f"{prefix}/+", qos=1)
+            subscribed.set()
+            async for message in client.messages:
+                if message.topic.value == f"{prefix}/{drop_shard}":
+                    continue
+                properties = getattr(message.properties, "UserProperty", [])
+                assert isinstance(message.payload, bytes)
+                await producer.send_and_wait(
+                    topic,
+                    message.payload,
+                    key=message.topic.value.encode(),
+                    headers=[(name, value.encode()) for name, value in properties],
+                )
+
+    task = asyncio.create_task(carry())
+    try:
+        await asyncio.wait_for(subscribed.wait(), 10)
+        yield
+    finally:
+        task.cancel()
+        await producer.stop()
+
+
+def _config(mosquitto: Mosquitto, prefix: str, kafka: EmbeddedBroker, topic: str) -> ProbeConfig:
+    return load(
+        overrides={
+            "probe_id": "bridge-test",
+            "mqtt.url": mosquitto.url,
+            "mqtt.topic_prefix": prefix,
+            "mqtt.bridge.topic": topic,
+            "kafka.bootstrap_servers": kafka.bootstrap_servers,
+            "kafka.fetch_max_wait": "20ms",
+            "targets": "mqtt",
+            "judge.freshness": "2s",
+            "judge.loss_timeout": "2s",
+        }
+    )
+
+
+async def _wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {within}s waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def _decide(probe: TargetProbe, within: float = 15.0) -> None:
+    def decided() -> bool:
+        probe.expire(time.time_ns())
+        return probe.pending_count() == 0
+
+    await _wait_until(decided, within, "every canary's fate at every stage")
+
+
+async def test_bridge_stage_judges_canaries_carried_into_kafka(
+    mosquitto: Mosquitto, broker: EmbeddedBroker, topic_prefix: str, topic: str
+) -> None:
+    fates = FatesByShard()
+    config = _config(mosquitto, topic_prefix, broker, topic)
+    assert config.mqtt.stages == (MQTT_STAGE, BRIDGE_STAGE)
+    probe = TargetProbe(config, generate_key_ring(), [fates], kind="mqtt")
+    async with forwarding_bridge(mosquitto, topic_prefix, broker, topic):
+        await probe.connect(give_up_after=10)
+        consumer = asyncio.create_task(probe.consume())
+        try:
+            assert probe.readiness()[0], probe.readiness()
+            for _ in range(2):
+                await probe.produce_round()
+            await _decide(probe)
+        finally:
+            consumer.cancel()
+            await probe.close()
+    every_shard_delivered_twice = {(shard, "delivered"): 2 for shard in range(3)}
+    assert fates.of(MQTT_STAGE) == every_shard_delivered_twice
+    # Three shards judged as three streams although the topic has two partitions.
+    assert fates.of(BRIDGE_STAGE) == every_shard_delivered_twice
+
+
+async def test_a_bridge_that_drops_a_shard(
+    mosquitto: Mosquitto, broker: EmbeddedBroker, topic_prefix: str, topic: str
+) -> None:
+    """The dropped shard's canaries are lost at the bridge stage and its staleness keeps
+    rising; the other shards, and the MQTT stage, are unaffected."""
+    fates = FatesByShard()
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    config = _config(mosquitto, topic_prefix, broker, topic)
+    probe = TargetProbe(config, generate_key_ring(), [fates, metrics], kind="mqtt", metrics=metrics)
+
+    def staleness(shard: int) -> float:
+        value = registry.get_sample_value(
+            "synthetic_sla_partition_staleness_seconds",
+            {"target": "mqtt", "stage": BRIDGE_STAGE, "partition": str(shard)},
+        )
+        assert value is not None
+        return value
+
+    async with forwarding_bridge(mosquitto, topic_prefix, broker, topic, drop_shard=1):
+        await probe.connect(give_up_after=10)
+        consumer = asyncio.create_task(probe.consume())
+        try:
+            for _ in range(2):
+                await probe.produce_round()
+            await _decide(probe)
+            await probe.produce_round()
+            await _wait_until(
+                lambda: fates.of(BRIDGE_STAGE).get((2, "delivered")) == 3, 10, "a third round"
+            )
+            fresh, silent = staleness(0), staleness(1)
+            await asyncio.sleep(0.3)  # staleness is computed at scrape time: let time pass
+            assert staleness(1) >= silent + 0.3
+        finally:
+            consumer.cancel()
+            await probe.close()
+    assert fates.of(BRIDGE_STAGE) == {
+        (0, "delivered"): 3,
+        (1, "lost"): 2,
+        (2, "delivered"): 3,
+    }
+    assert fates.of(MQTT_STAGE) == {(shard, "delivered"): 3 for shard in range(3)}
+    # The silent shard has seen nothing since the probe started, over 2 s ago.
+    assert silent > 2.0
+    assert fresh < 1.0
+    lost = registry.get_sample_value(
+        "synthetic_sla_canaries_total",
+        {"target": "mqtt", "stage": BRIDGE_STAGE, "outcome": Outcome.LOST.value},
+    )
+    assert lost == 2
+
+
+async def test_a_missing_bridge_topic_is_unready_and_lost(
+    mosquitto: Mosquitto, broker: EmbeddedBroker, topic_prefix: str, topic: str
+) -> None:
+    """No bridge has written anything: the target is unready naming the topic, the bridge
+    stage judges its canaries lost, and the MQTT stage goes on delivering."""
+    fates = FatesByShard()
+    probe = TargetProbe(
+        _config(mosquitto, topic_prefix, broker, topic), generate_key_ring(), [fates], kind="mqtt"
+    )
+    await probe.connect(give_up_after=10)
+    consumer = asyncio.create_task(probe.consume())
+    try:
+        await probe.produce_round()
+        assert probe.readiness() == (False, f"bridge: topic {topic} not found")
+        await _decide(probe)
+    finally:
+        consumer.cancel()
+        await probe.close()
+    assert fates.of(MQTT_STAGE) == {(shard, "delivered"): 1 for shard in range(3)}
+    assert fates.of(BRIDGE_STAGE) == {(shard, "lost"): 1 for shard in range(3)}
