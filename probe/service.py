@@ -41,20 +41,29 @@ def probe_version() -> str:
         return "0+unknown"
 
 
-async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | None = None) -> None:
-    """Run until ``stop`` is set (or SIGTERM/SIGINT arrives)."""
+def stop_on_signals(stop: asyncio.Event | None) -> asyncio.Event:
+    """The event that stops the service; SIGTERM and SIGINT set it."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
+    return stop
 
+
+def service_metrics(config: ProbeConfig) -> tuple[CollectorRegistry, ProbeMetrics]:
+    """A fresh registry with the probe's metrics; a latency bucket on every threshold."""
     registry = CollectorRegistry()
-    metrics = ProbeMetrics(
-        registry,
-        latency_thresholds=(config.metrics.latency_threshold, config.judge.freshness),
-        version=probe_version(),
-    )
+    thresholds: tuple[float, ...] = (config.metrics.latency_threshold, config.judge.freshness)
+    if SINK_STAGE in config.stages:
+        thresholds += (config.sink.freshness,)
+    return registry, ProbeMetrics(registry, latency_thresholds=thresholds, version=probe_version())
+
+
+async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | None = None) -> None:
+    """Run until ``stop`` is set (or SIGTERM/SIGINT arrives)."""
+    stop = stop_on_signals(stop)
+    registry, metrics = service_metrics(config)
     targets = [
         TargetProbe(config, keyring, [metrics], metrics=metrics, kind=kind)
         for kind in config.targets

@@ -9,16 +9,12 @@ Submit it to a cluster with ``spark-submit`` (see README, "Spark sink stage") an
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
-
-from prometheus_client import CollectorRegistry
 
 from probe.config import ProbeConfig
 from probe.http import MetricsServer, build_app
 from probe.keys import KeyRing
-from probe.metrics import ProbeMetrics
+from probe.service import service_metrics, stop_on_signals
 from probe.spark.stage import SparkSinkStage
 
 log = logging.getLogger(__name__)
@@ -27,15 +23,8 @@ log = logging.getLogger(__name__)
 async def serve_sink(
     config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | None = None
 ) -> None:
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, stop.set)
-    registry = CollectorRegistry()
-    metrics = ProbeMetrics(
-        registry, latency_thresholds=(config.metrics.latency_threshold, config.judge.freshness)
-    )
+    stop = stop_on_signals(stop)
+    registry, metrics = service_metrics(config)
     metrics.declare_target(config.target)
     sink = SparkSinkStage(config, keyring, [metrics], metrics=metrics, registry=registry)
     state = {"ready": False, "reason": "starting Spark"}
