@@ -18,11 +18,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from probe.canary import Canary, encode
 from probe.config import ProbeConfig
 from probe.embedded import EmbeddedBroker
 from probe.errors import RejectReason, TransportError
-from probe.judge import Finding, Outcome, StreamKey
+from probe.judge import Finding, Outcome
 from probe.keys import KeyRing
 from probe.report import Report, StageTally, Tally
 from probe.stage import SINK_STAGE
@@ -36,8 +35,6 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_SLO_FAILED = 1
 EXIT_USAGE = 2
-# Spark's Python workers start with the first batch that carries data.
-WARMUP_TIMEOUT = 120.0
 
 
 @contextlib.contextmanager
@@ -131,22 +128,7 @@ async def _start_sink(
     sink = SparkSinkStage(config, keyring, [OwnCanaries(tally, config.probe_id)])
     await sink.start()
     assert target.transport is not None
-    warmup = Canary(
-        probe_id=f"{config.probe_id}.warmup",
-        incarnation=time.time_ns(),
-        target=config.target,
-        partition=target.partitions[0],
-        seq=0,
-        produced_ns=time.time_ns(),
-    )
-    await target.transport.send(warmup.partition, encode(warmup, keyring))
-    deadline = time.monotonic() + WARMUP_TIMEOUT
-    warm_key = StreamKey(warmup.probe_id, warmup.target, warmup.partition)
-    # Commits happen on Spark's batch thread; the sink's freshness shows the warm-up landed.
-    while warm_key not in sink.freshness.staleness_ns(time.time_ns()):
-        if time.monotonic() > deadline:
-            raise TransportError(f"sink judged nothing within {WARMUP_TIMEOUT:g}s")
-        await asyncio.sleep(0.1)
+    await sink.warm_up(target.transport.send, target.partitions[0], config.probe_id)
     return sink
 
 

@@ -19,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from prometheus_client import CollectorRegistry
 
 from probe.config import ProbeConfig
+from probe.errors import ProbeError
 from probe.http import MetricsServer, build_app
 from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics
@@ -95,6 +96,12 @@ async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | Non
             # would be written before the sink started reading.
             sink.watch(target.partitions, config.probe_id)
             await sink.start()
+            if target.partitions and target.transport is not None:
+                try:
+                    await sink.warm_up(target.transport.send, target.partitions[0], config.probe_id)
+                except (TimeoutError, ProbeError) as exc:
+                    # Probing goes on: a slow first batch only makes early canaries late.
+                    log.warning("sink warm-up: %s", exc)
         consumer = asyncio.create_task(target.consume(), name=f"consume {target.target}")
         try:
             await target.run_rounds(config.interval, stop)

@@ -372,6 +372,10 @@ class SinkFreshness:
         with self._lock:
             self._freshest[key] = max(produced_ns, self._freshest.get(key, produced_ns))
 
+    def forget(self, key: StreamKey) -> None:
+        with self._lock:
+            self._freshest.pop(key, None)
+
     def staleness_ns(self, now_ns: int) -> dict[StreamKey, int]:
         with self._lock:
             return {key: max(0, now_ns - ns) for key, ns in self._freshest.items()}
@@ -494,11 +498,33 @@ class SinkJob:
         rows: pd.DataFrame = batch.toPandas()
         if not rows.empty:
             commit_ns = self._clock_ns()
+            rows = self._judge_freshness(rows, commit_ns)
             self._write(rows, batch_id, commit_ns)
             self._count(rows, commit_ns)
         with self._committed:
             self.batches_committed += 1
             self._committed.notify_all()
+
+    def _judge_freshness(self, rows: pd.DataFrame, commit_ns: int) -> pd.DataFrame:
+        """Delivered or late by the latency a reader of the table sees: produce to commit.
+
+        The stateful judge decides arrivals with the batch's start time (all it
+        knows); the batch's own run time comes on top. Re-deciding here, at commit,
+        keeps the verdicts table, the outcome counters and the latency histogram in
+        agreement. Only delivered/late swap: which canaries got a fate is the judge's.
+        """
+        arrived = (rows["kind"] == "fate") & rows["outcome"].isin(
+            [Outcome.DELIVERED.value, Outcome.LATE.value]
+        )
+        if not arrived.any():
+            return rows
+        latency = commit_ns - rows.loc[arrived, "produced_ns"].astype("int64")
+        fresh = latency <= int(self.settings.freshness_s * 1e9)
+        rows = rows.copy()
+        rows.loc[arrived, "outcome"] = fresh.map(
+            {True: Outcome.DELIVERED.value, False: Outcome.LATE.value}
+        )
+        return rows
 
     def stop(self) -> None:
         """Stop the query; a held batch is released first so the stop is between batches."""

@@ -13,11 +13,12 @@ import asyncio
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from probe.canary import Canary, encode
 from probe.config import KafkaConfig, ProbeConfig
 from probe.errors import ConfigError
 from probe.judge import StreamKey
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # Spark start-up (~8 s here) plus the first micro-batch of a Python source (~8-14 s).
 FIRST_BATCH_TIMEOUT = 180.0
+# The first batch with data starts the Python workers of the decoder and the judge.
+WARMUP_TIMEOUT = 120.0
 
 
 def kafka_client_options(kafka: KafkaConfig) -> dict[str, str]:
@@ -136,6 +139,34 @@ class SparkSinkStage:
         )
         job.start()
         return job
+
+    async def warm_up(
+        self, send: Callable[[int, bytes], Awaitable[None]], partition: int, probe_id: str
+    ) -> None:
+        """Send one canary under a probe id of its own through the sink, and wait for it.
+
+        The first batch that carries data also starts Spark's Python workers for the
+        decoder and the judge (~15 s here, more on a busy host): canaries produced
+        before that would be judged late for a cold start, not for the pipeline. The
+        warm-up stream is forgotten afterwards, so it never shows up as silent.
+        """
+        warmup = Canary(
+            probe_id=f"{probe_id}.warmup",
+            incarnation=self._clock_ns(),
+            target=self._config.target,
+            partition=partition,
+            seq=0,
+            produced_ns=self._clock_ns(),
+        )
+        await send(partition, encode(warmup, self._keyring))
+        key = StreamKey(warmup.probe_id, warmup.target, partition)
+        deadline = time.monotonic() + WARMUP_TIMEOUT
+        # Commits happen on Spark's batch thread: its record of them shows the landing.
+        while key not in self.freshness.staleness_ns(self._clock_ns()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the sink judged nothing within {WARMUP_TIMEOUT:g}s")
+            await asyncio.sleep(0.1)
+        self.freshness.forget(key)
 
     def failure(self) -> Any:
         """The query's exception if it died, else None."""

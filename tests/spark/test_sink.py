@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pandas as pd
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -222,3 +223,30 @@ def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, st
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def test_delivered_or_late_is_decided_at_commit() -> None:
+    """The judge decides at the batch's start; what counts is produce to commit."""
+    settings = _settings_for_freshness(5.0)
+    job = SinkJob(None, settings, generate_key_ring(), recorders=[])  # type: ignore[arg-type]
+    second = 1_000_000_000
+    rows = pd.DataFrame(
+        {
+            "kind": ["fate", "fate", "fate", "canary"],
+            "outcome": ["delivered", "delivered", "lost", None],
+            "produced_ns": [96 * second, 94 * second, None, 94 * second],
+        }
+    )
+    judged = job._judge_freshness(rows, commit_ns=100 * second)
+    assert list(judged["outcome"]) == ["delivered", "late", "lost", None]
+
+
+def _settings_for_freshness(freshness_s: float) -> SinkSettings:
+    return SinkSettings(
+        bootstrap_servers="127.0.0.1:1",
+        topic="t",
+        path="/nonexistent",
+        target="kafka",
+        freshness_s=freshness_s,
+        loss_timeout_s=60.0,
+    )
