@@ -92,6 +92,10 @@ DECODED = StructType(
     ]
 )
 
+# The grouping key of rejected records (with their Kafka partition). Were a canary to
+# claim it as its probe id, rows would still be told apart by their `reason`.
+QUARANTINE_KEY = "\x00rejected"
+
 # What the judge emits; `kind` says which columns mean something:
 #   canary   a valid arrival (every one, duplicates included) for the canaries table
 #   fate     outcome = delivered | late | lost | produce_failed
@@ -270,9 +274,18 @@ class JudgeProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         stream = StreamKey(str(key[0]), str(key[1]), int(key[2]))
         now_ns = timerValues.getCurrentProcessingTimeInMs() * 1_000_000
+        batch = pd.concat(list(rows)).sort_values(["kafka_partition", "kafka_offset"])
+        rejected = batch["reason"].notna()
+        # Rejected records share this operator so the query reads its source once;
+        # they pass straight through and never touch a stream's state.
+        out: list[dict[str, object]] = [
+            _rejected_out(row) for row in batch[rejected].itertuples(index=False)
+        ]
+        arrivals = batch[~rejected]
+        if arrivals.empty and not self.state.exists():
+            yield pd.DataFrame(out, columns=JUDGED.fieldNames())
+            return
         judge = self._judge(stream)
-        out: list[dict[str, object]] = []
-        arrivals = pd.concat(list(rows)).sort_values(["kafka_partition", "kafka_offset"])
         for row in arrivals.itertuples(index=False):
             canary = Canary(
                 probe_id=stream.probe_id,
@@ -304,6 +317,24 @@ class JudgeProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def _rejected_out(row: Any) -> dict[str, object]:
+    return {
+        "kind": "invalid",
+        "probe_id": row.probe_id,  # as claimed, unauthenticated
+        "target": None,
+        "partition": None,
+        "incarnation": None,
+        "seq": None,
+        "produced_ns": None,
+        "outcome": row.reason,
+        "judged_ns": None,
+        "kafka_partition": row.kafka_partition,
+        "kafka_offset": row.kafka_offset,
+        "trace_context": None,
+        "value": row.value,
+    }
 
 
 def _judged_row(
@@ -452,31 +483,26 @@ class SinkJob:
             reader = reader.option(f"kafka.{name}", value)
         raw = reader.load().select("partition", "offset", "value")
         decoded = raw.mapInPandas(decode_batches(self._keyring.to_json(), s.max_size), DECODED)
-        valid = decoded.filter(F.col("reason").isNull()).withWatermark(
-            "produced_at", f"{int(s.allowed_lateness_s * 1000)} milliseconds"
-        )
-        judged = valid.groupBy("probe_id", "target", "partition").transformWithStateInPandas(
+        valid = F.col("reason").isNull()
+        # One branch only (a union of a valid and a rejected branch would read the
+        # source twice per batch): rejected records are grouped per Kafka partition
+        # under a probe id no canary of a configured probe has, and pass through.
+        keyed = decoded.select(
+            F.when(valid, F.col("probe_id")).otherwise(F.lit(QUARANTINE_KEY)).alias("stream_probe"),
+            F.when(valid, F.col("target")).otherwise(F.lit("")).alias("stream_target"),
+            F.when(valid, F.col("partition"))
+            .otherwise(F.col("kafka_partition"))
+            .alias("stream_partition"),
+            *DECODED.fieldNames(),
+        ).withWatermark("produced_at", f"{int(s.allowed_lateness_s * 1000)} milliseconds")
+        return keyed.groupBy(
+            "stream_probe", "stream_target", "stream_partition"
+        ).transformWithStateInPandas(
             statefulProcessor=JudgeProcessor(int(s.freshness_s * 1e9), int(s.loss_timeout_s * 1e9)),
             outputStructType=JUDGED,
             outputMode="Append",
             timeMode="ProcessingTime",
         )
-        rejected = decoded.filter(F.col("reason").isNotNull()).select(
-            F.lit("invalid").alias("kind"),
-            "probe_id",
-            F.lit(None).cast("string").alias("target"),
-            F.lit(None).cast("int").alias("partition"),
-            F.lit(None).cast("long").alias("incarnation"),
-            F.lit(None).cast("long").alias("seq"),
-            F.lit(None).cast("long").alias("produced_ns"),
-            F.col("reason").alias("outcome"),
-            F.lit(None).cast("long").alias("judged_ns"),
-            "kafka_partition",
-            "kafka_offset",
-            F.lit(None).cast("string").alias("trace_context"),
-            "value",
-        )
-        return judged.unionByName(rejected)
 
     def start(self, query_name: str = "synthetic_sla_sink") -> StreamingQuery:
         if self.health is not None and self._listener is None:
