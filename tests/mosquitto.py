@@ -10,26 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
-from probe.embedded import free_loopback_port
+from probe.embedded import LoopbackServer, free_loopback_port
 
 MOSQUITTO = "/usr/sbin/mosquitto"
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -75,13 +64,18 @@ def _openssl(*args: object) -> None:
     subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
 
 
-class Mosquitto:
+class Mosquitto(LoopbackServer):
     """A Mosquitto broker on a loopback port, configured for one test.
+
+    It stops with SIGTERM, on which Mosquitto saves its persistence file.
 
     >>> with Mosquitto(tmp_path, users={"probe": "secret"}) as broker:
     ...     broker.url
     'mqtt://127.0.0.1:40123'
     """
+
+    name = "mosquitto"
+    start_timeout = 10.0
 
     def __init__(
         self,
@@ -94,11 +88,10 @@ class Mosquitto:
         extra: str = "",
     ) -> None:
         self.directory = directory
-        self.port = free_loopback_port()
         self.tls = tls
         self.log = directory / "mosquitto.log"
-        self._process: subprocess.Popen[bytes] | None = None
         directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(log_file=self.log)
         lines = [
             f"listener {self.port} 127.0.0.1",
             # Run as whoever runs the tests: as root, Mosquitto would otherwise switch
@@ -138,49 +131,8 @@ class Mosquitto:
     def url(self) -> str:
         return f"{'mqtts' if self.tls else 'mqtt'}://127.0.0.1:{self.port}"
 
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def start(self, timeout: float = 10.0) -> None:
-        with self.log.open("ab") as log:
-            self._process = subprocess.Popen(
-                [MOSQUITTO, "-c", str(self.config)],
-                stdout=log,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-            )
-        deadline = time.monotonic() + timeout
-        while not _accepts(self.port):
-            if self._process.poll() is not None:
-                raise RuntimeError(f"mosquitto exited: {self.log.read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"mosquitto did not listen within {timeout:g}s")
-            time.sleep(0.02)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()  # Mosquitto saves its persistence file on SIGTERM
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout)
-
-    def __enter__(self) -> Mosquitto:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def command(self) -> list[str]:
+        return [MOSQUITTO, "-c", str(self.config)]
 
 
 class CuttingProxy:
