@@ -167,6 +167,15 @@ def _settled_progress(job: SinkJob, first_batch: int, records: int) -> list[Any]
         time.sleep(0.2)
 
 
+def _phases(batches: Sequence[Any]) -> str:
+    """Median time per phase of Spark's batch (``durationMs``): where a batch's time goes."""
+    names = sorted({name for p in batches for name in p.durationMs}, key=str)
+    return ", ".join(
+        f"{name} {statistics.median(p.durationMs.get(name, 0) for p in batches):.0f}"
+        for name in names
+    )
+
+
 def _started_ns(progress: Any) -> int:
     """A batch's trigger start: the progress timestamp (ISO 8601, UTC, ms)."""
     started = parse_spark_time(progress.timestamp)
@@ -267,6 +276,7 @@ def _report_steady(
             f"{statistics.median(took[1:] or took):.1f} s, max {max(took[1:] or took):.1f} s)"
         )
         print(f"  batch durations, s: {' '.join(f'{t:.1f}' for t in took)}")
+        print(f"  later batches, median ms by phase: {_phases(loaded[1:] or loaded)}")
     print(f"  consumer stage: {_outcomes(consumer)}")
     print(f"  sink stage:     {_outcomes(sink)}")
     all_delivered = (

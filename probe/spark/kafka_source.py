@@ -15,6 +15,7 @@ Usage::
         .option("topic", "synthetic-sla")
         .option("startingOffsets", "latest")       # or "earliest"
         .option("maxRecordsPerBatch", "10000")     # admission control; default: no limit
+        .option("maxInputPartitions", "4")         # tasks per batch; default: one per partition
         .load()
     )
 
@@ -27,8 +28,13 @@ removed and dots turned into underscores (``kafka.security.protocol=SASL_SSL`` b
 
 Offsets are a map ``{"<partition>": next offset to read}`` kept in Spark's
 checkpoint, so a restarted query resumes exactly where it stopped. Every micro-batch
-gets one input partition per Kafka partition with new records, read on the executors
-with a plain kafka-python consumer (no consumer group, nothing committed to Kafka).
+gets one input partition (one Spark task) per Kafka partition with new records, read on
+the executors with a plain kafka-python consumer (no consumer group, nothing committed
+to Kafka). ``maxInputPartitions`` caps the tasks per batch: the offset ranges are then
+grouped, never split, so that the groups hold about as many records each, and a task
+reads its group with one consumer. A task's fixed cost (scheduling, its Python worker
+round trip) is far larger than reading a few records, so a topic with many lightly
+used partitions wants the cap near the cluster's cores: batches then take one wave.
 Partitions that appear while the query runs are read from their beginning. A
 partition whose log now ends before the checkpointed offset (topic re-created, or a
 broker that lost its data) is read again from its beginning, and the reset is logged.
@@ -42,6 +48,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -129,15 +136,50 @@ def admit(start: Offsets, latest: Offsets, max_records: int | None) -> Offsets:
     return end
 
 
-class OffsetRange(InputPartition):
-    """Records [start, end) of one Kafka partition: one Spark task."""
+@dataclass(frozen=True)
+class OffsetRange:
+    """Records [start, end) of one Kafka partition."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
-        super().__init__((topic, partition, start, end))
-        self.topic = topic
-        self.partition = partition
-        self.start = start
-        self.end = end
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class OffsetRanges(InputPartition):
+    """The offset ranges one Spark task reads: one or more Kafka partitions."""
+
+    def __init__(self, ranges: Sequence[OffsetRange]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = tuple(ranges)
+
+
+def group_ranges(ranges: Sequence[OffsetRange], groups: int | None) -> list[list[OffsetRange]]:
+    """At most ``groups`` groups of ranges with record counts as even as can be.
+
+    Pure. Every range is in exactly one group, never split (a partition's records
+    stay in offset order in one task); ``None`` keeps one range per group. Largest
+    range first into the group with fewest records so far (LPT), so a backlog is
+    spread over the tasks while the many tiny ranges of a steady stream collapse
+    into a few tasks, whose fixed cost is what bounds a micro-batch's latency.
+
+    >>> [[r.partition for r in g] for g in group_ranges(
+    ...     [OffsetRange("t", p, 0, n) for p, n in enumerate([5, 1, 1, 3])], 2)]
+    [[0], [1, 2, 3]]
+    """
+    if groups is None or len(ranges) <= groups:
+        return [[r] for r in ranges]
+    bins: list[list[OffsetRange]] = [[] for _ in range(groups)]
+    loads = [0] * groups
+    for offsets in sorted(ranges, key=lambda r: (-r.size, r.partition)):
+        lightest = loads.index(min(loads))
+        bins[lightest].append(offsets)
+        loads[lightest] += offsets.size
+    return [sorted(group, key=lambda r: r.partition) for group in bins if group]
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -153,9 +195,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.starting = options.get("startingOffsets", "latest")
         if self.starting not in ("latest", "earliest"):
             raise ValueError("startingOffsets must be latest or earliest")
-        # Bounds how long a task waits for records its range promises.
+        groups = options.get("maxInputPartitions")
+        self.max_input_partitions = int(groups) if groups else None
+        if self.max_input_partitions is not None and self.max_input_partitions < 1:
+            raise ValueError("maxInputPartitions must be >= 1")
+        # Bounds how long a task waits for records its ranges promise.
         self.read_timeout = float(options.get("readTimeoutSeconds", "60"))
         self._available_now_target: Offsets | None = None
+        self._listed_end: Offsets = {}
         self._client: Any = None
 
     # -- driver side ---------------------------------------------------------------
@@ -193,6 +240,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self, start: Offsets) -> Offsets:
         begin, end = self._log_bounds()
+        self._listed_end = end
         latest: Offsets = {}
         for partition, last in end.items():
             if partition not in start:
@@ -217,6 +265,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning(
                 "topic %s: cannot list offsets (%s); no new data this batch", self.topic, exc
             )
+            self._listed_end = {}
             self._reset_client()
             return dict(start)
         if self._available_now_target is not None:
@@ -235,11 +284,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self) -> Offsets | None:
         # Shown as the source's latestOffset in query progress: the lag metric reads it.
-        try:
-            return self._log_bounds()[1] or None
-        except Exception:  # unknown while the broker is away
-            self._reset_client()
-            return None
+        # Spark asks right after latestOffset, whose listing is reused (one round trip
+        # less per batch); None while the broker is away.
+        return self._listed_end or None
 
     def _reset_client(self) -> None:
         if self._client is not None:
@@ -262,7 +309,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = self._effective_start(start, end, partition)
             if end[partition] > first:
                 ranges.append(OffsetRange(self.topic, int(partition), first, end[partition]))
-        return ranges
+        return [OffsetRanges(group) for group in group_ranges(ranges, self.max_input_partitions)]
 
     def commit(self, end: Offsets) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
@@ -273,23 +320,25 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side --------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, OffsetRange)
-        yield from read_range(self.options, partition, self.read_timeout)
+        assert isinstance(partition, OffsetRanges)
+        yield from read_ranges(self.options, partition.ranges, self.read_timeout)
 
 
-def read_range(
-    options: Mapping[str, str], offsets: OffsetRange, timeout: float
+def read_ranges(
+    options: Mapping[str, str], ranges: Sequence[OffsetRange], timeout: float
 ) -> Iterator[tuple[Any, ...]]:
-    """Every record of [start, end) of one partition, in offset order.
+    """Every record of the ranges, each partition's in offset order, with one consumer.
 
-    Records deleted in the meantime (retention, truncation) are skipped: the range
-    ends at ``end`` whatever the log holds now, so the batch always completes.
+    Records deleted in the meantime (retention, truncation) are skipped: a range ends
+    at its ``end`` whatever the log holds now, so the batch always completes.
     """
     from datetime import UTC, datetime  # noqa: PLC0415
 
     from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
 
-    tp = TopicPartition(offsets.topic, offsets.partition)
+    wanted = {TopicPartition(r.topic, r.partition): r for r in ranges if r.size > 0}
+    if not wanted:
+        return
     consumer = KafkaConsumer(
         **client_config(options),
         enable_auto_commit=False,
@@ -299,38 +348,37 @@ def read_range(
         fetch_max_wait_ms=int(options.get("fetchMaxWaitMs", "20")),
     )
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, offsets.start)
+        consumer.assign(list(wanted))
+        for tp, offsets in wanted.items():
+            consumer.seek(tp, offsets.start)
+        position = {tp: offsets.start for tp, offsets in wanted.items()}
         deadline = time.monotonic() + timeout
-        position = offsets.start
-        while position < offsets.end:
+        while wanted:
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{offsets.topic}/{offsets.partition}: offsets {position}..{offsets.end} "
-                    f"not readable within {timeout:g}s"
+                missing = ", ".join(
+                    f"{tp.topic}/{tp.partition} {position[tp]}..{r.end}" for tp, r in wanted.items()
                 )
-            for record in consumer.poll(timeout_ms=500).get(tp, []):
-                if record.offset >= offsets.end:
-                    position = offsets.end
-                    break
-                position = record.offset + 1
-                stamp = (
-                    datetime.fromtimestamp(record.timestamp / 1000, tz=UTC)
-                    if record.timestamp is not None and record.timestamp >= 0
-                    else None
-                )
-                yield (
-                    offsets.topic,
-                    offsets.partition,
-                    record.offset,
-                    stamp,
-                    record.key,
-                    record.value,
-                )
-            else:
-                # An empty poll past the log's end means the rest was deleted.
-                if consumer.position(tp) >= offsets.end:
-                    position = offsets.end
+                raise TimeoutError(f"offsets not readable within {timeout:g}s: {missing}")
+            fetched = consumer.poll(timeout_ms=500)
+            for tp in list(wanted):
+                offsets = wanted[tp]
+                for record in fetched.get(tp, []):
+                    if record.offset >= offsets.end:
+                        position[tp] = offsets.end
+                        break
+                    position[tp] = record.offset + 1
+                    stamp = (
+                        datetime.fromtimestamp(record.timestamp / 1000, tz=UTC)
+                        if record.timestamp is not None and record.timestamp >= 0
+                        else None
+                    )
+                    yield (tp.topic, tp.partition, record.offset, stamp, record.key, record.value)
+                if not fetched.get(tp) and consumer.position(tp) >= offsets.end:
+                    # An empty fetch past the range's end: the rest was deleted.
+                    position[tp] = offsets.end
+                if position[tp] >= offsets.end:
+                    del wanted[tp]
+                    consumer.pause(tp)  # fetch only what is still owed
     finally:
         consumer.close()
 

@@ -17,6 +17,8 @@ _SESSION_CONF = {
     ),
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
+    # Progress bars on stderr would interleave with the probe's own logs.
+    "spark.ui.showConsoleProgress": "false",
     "spark.driver.extraJavaOptions": "-Xss4m",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }

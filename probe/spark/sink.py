@@ -476,6 +476,9 @@ class SinkJob:
             .option("bootstrap.servers", s.bootstrap_servers)
             .option("topic", s.topic)
             .option("startingOffsets", s.starting_offsets)
+            # One wave of tasks per batch: a canary topic has many partitions with a
+            # record or two each, and a task costs far more than reading them.
+            .option("maxInputPartitions", str(self.spark.sparkContext.defaultParallelism))
         )
         if s.max_records_per_batch:
             reader = reader.option("maxRecordsPerBatch", str(s.max_records_per_batch))

@@ -7,10 +7,18 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from confluent_kafka import Producer
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 
 from probe.embedded import EmbeddedBroker
-from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource, admit
+from probe.spark.kafka_source import (
+    SOURCE_NAME,
+    KafkaStreamSource,
+    OffsetRange,
+    admit,
+    group_ranges,
+)
 
 
 def _produce(broker: EmbeddedBroker, topic: str, per_partition: dict[int, int], tag: str) -> None:
@@ -40,10 +48,20 @@ Row = tuple[int, int, bytes]
 
 
 def _drain(
-    spark: SparkSession, broker: EmbeddedBroker, topic: str, checkpoint: Path, **options: str
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    checkpoint: Path,
+    *,
+    tasks: list[int] | None = None,
+    read_order: list[Row] | None = None,
+    **options: str,
 ) -> tuple[list[int], list[Row]]:
     """Run the source with Trigger.AvailableNow from a checkpoint; return the size of
-    each non-empty batch and every row read, as (partition, offset, value)."""
+    each non-empty batch and every row read, as (partition, offset, value), sorted.
+
+    ``tasks`` gets the number of input partitions of each non-empty batch, and
+    ``read_order`` the rows in the order the tasks produced them."""
     spark.dataSource.register(KafkaStreamSource)
     reader = (
         spark.readStream.format(SOURCE_NAME)
@@ -61,6 +79,10 @@ def _drain(
         if got:
             batches.append(len(got))
             rows.extend(got)
+            if tasks is not None:
+                tasks.append(batch.rdd.getNumPartitions())
+            if read_order is not None:
+                read_order.extend(got)
 
     query = (
         reader.load()
@@ -91,6 +113,56 @@ def test_admission_spreads_the_budget(
     assert planned == end
     if limit is not None:
         assert sum(planned[p] - start.get(p, 0) for p in planned) <= limit
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=50), min_size=1, max_size=30),
+    groups=st.integers(min_value=1, max_value=8),
+)
+def test_grouping_keeps_every_range_once_and_balances_records(
+    sizes: list[int], groups: int
+) -> None:
+    ranges = [OffsetRange("t", p, 10, 10 + n) for p, n in enumerate(sizes)]
+    grouped = group_ranges(ranges, groups)
+    assert len(grouped) == min(groups, len(ranges))
+    read = sorted((r for g in grouped for r in g), key=lambda r: r.partition)
+    assert read == ranges  # each once, unsplit
+    assert all(g == sorted(g, key=lambda r: r.partition) for g in grouped)
+    loads = [sum(r.size for r in g) for g in grouped]
+    # Largest-first greedy: no group exceeds another by more than one range's records.
+    assert max(loads) - min(loads) <= max(sizes)
+
+
+def test_without_a_cap_every_range_is_its_own_task() -> None:
+    ranges = [OffsetRange("t", p, 0, 1) for p in range(5)]
+    assert group_ranges(ranges, None) == [[r] for r in ranges]
+
+
+async def test_capped_tasks_read_several_partitions_each_in_offset_order(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    await _create(broker, topic, 5)
+    _produce(broker, topic, {0: 4, 1: 1, 2: 1, 3: 1, 4: 2}, "g")
+    tasks: list[int] = []
+    order: list[Row] = []
+    _, rows = _drain(
+        spark, broker, topic, tmp_path / "ck", tasks=tasks, read_order=order, maxInputPartitions="2"
+    )
+    assert tasks == [2]
+    assert [(p, o) for p, o, _ in rows] == [
+        (0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (2, 0), (3, 0), (4, 0), (4, 1),
+    ]  # fmt: skip
+    for partition in range(5):
+        offsets = [o for p, o, _ in order if p == partition]
+        assert offsets == sorted(offsets)
+    # The cap only ever lowers the task count: the next batch's one range is one task.
+    _produce(broker, topic, {3: 2}, "h")
+    tasks.clear()
+    _, more = _drain(
+        spark, broker, topic, tmp_path / "ck", tasks=tasks, read_order=order, maxInputPartitions="2"
+    )
+    assert tasks == [1]
+    assert [(p, o, v.decode()) for p, o, v in more] == [(3, 1, "h-3-0"), (3, 2, "h-3-1")]
 
 
 async def test_offsets_of_every_partition_advance(
