@@ -67,11 +67,12 @@ from probe.config import load
 from probe.embedded import EmbeddedBroker
 from probe.judge import Fate, Finding, Outcome
 from probe.keys import KeyRing, generate_key_ring
+from probe.once import OwnCanaries
 from probe.report import StageTally, Tally, percentile
 from probe.spark.health import SparkHealth, parse_spark_time
 from probe.spark.session import sink_session
 from probe.spark.sink import SinkJob
-from probe.spark.stage import sink_settings
+from probe.spark.stage import SparkSinkStage, sink_settings
 from probe.stage import SINK_STAGE
 from probe.target import CONSUMER_STAGE, TargetProbe
 
@@ -186,7 +187,8 @@ def _started_ns(progress: Any) -> int:
 # -- steady ------------------------------------------------------------------------------
 
 
-async def steady(spark: SparkSession, servers: str, options: argparse.Namespace) -> None:
+async def steady(servers: str, options: argparse.Namespace) -> None:
+    """The stage builds its session with getOrCreate: the one main() started."""
     trigger_s = options.trigger
     topic = f"bench-sink-steady-{time.time_ns()}"
     config = load(
@@ -198,44 +200,48 @@ async def steady(spark: SparkSession, servers: str, options: argparse.Namespace)
             "kafka.fetch_max_wait": f"{options.fetch_wait_ms}ms",
             "sink.trigger": f"{trigger_s}s",
             "sink.starting_offsets": "latest",
+            "sink.master": MASTER,
         }
     )
     keyring = generate_key_ring()
     tally = _Signalling(config.target)
     probe = TargetProbe(config, keyring, [tally])
     await probe.connect(give_up_after=30)  # creates the topic and covers its partitions
+    assert probe.transport is not None
     consumer = asyncio.create_task(probe.consume())
     expiry = asyncio.create_task(probe.expire_forever())
-    with tempfile.TemporaryDirectory(prefix="bench-sink-steady-") as path:
-        settings = sink_settings(config, path)  # as `run --stages consumer,sink` has them
-        health = SparkHealth(CollectorRegistry(), config.target, trigger_s)
-        job = SinkJob(spark, settings, keyring, recorders=[tally], health=health)
-        began = time.monotonic()
-        await asyncio.to_thread(job.start)
-        try:
-            if not await asyncio.to_thread(job.wait_for_batches, 1, FIRST_BATCH_TIMEOUT):
-                raise SystemExit(f"steady: no sink batch within {FIRST_BATCH_TIMEOUT:g}s")
-            print(f"  sink query positioned (first batch) after {time.monotonic() - began:.1f} s")
-            rounds = round(options.seconds)
-            first_batch = job.batches_committed
-            start = time.monotonic()
-            round_ns: list[int] = []
-            for i in range(rounds):
-                await asyncio.sleep(max(0.0, start + i - time.monotonic()))
-                round_ns.append(time.time_ns())
-                await probe.produce_round()
-            produced_s = time.monotonic() - start
-            consumer_tally = tally.stages.get(CONSUMER_STAGE, StageTally())
-            produced = rounds * options.partitions - consumer_tally.outcomes[Outcome.PRODUCE_FAILED]
-            tally.expect(SINK_STAGE, produced)
-            if not await asyncio.to_thread(tally.reached.wait, DRAIN_TIMEOUT):
-                print(f"  ! sink fates {tally.fates(SINK_STAGE)} of {produced} after drain")
-            batches = await asyncio.to_thread(_settled_progress, job, first_batch, produced)
-        finally:
-            await asyncio.to_thread(job.stop)
-            consumer.cancel()
-            expiry.cancel()
-            await probe.close()
+    # The stage as `run --stages consumer,sink` starts it (the session is the one
+    # already up): query positioned, then one warm-up canary through, then canaries.
+    stage = SparkSinkStage(config, keyring, [OwnCanaries(tally, config.probe_id)])
+    settings = stage.settings
+    began = time.monotonic()
+    try:
+        await stage.start()
+        print(f"  sink query positioned (first batch) after {time.monotonic() - began:.1f} s")
+        await stage.warm_up(probe.transport.send, probe.partitions[0], config.probe_id)
+        print(f"  warm-up canary through the sink after {time.monotonic() - began:.1f} s")
+        job = stage.job
+        assert job is not None
+        rounds = round(options.seconds)
+        first_batch = job.batches_committed
+        start = time.monotonic()
+        round_ns: list[int] = []
+        for i in range(rounds):
+            await asyncio.sleep(max(0.0, start + i - time.monotonic()))
+            round_ns.append(time.time_ns())
+            await probe.produce_round()
+        produced_s = time.monotonic() - start
+        consumer_tally = tally.stages.get(CONSUMER_STAGE, StageTally())
+        produced = rounds * options.partitions - consumer_tally.outcomes[Outcome.PRODUCE_FAILED]
+        tally.expect(SINK_STAGE, produced)
+        if not await asyncio.to_thread(tally.reached.wait, DRAIN_TIMEOUT):
+            print(f"  ! sink fates {tally.fates(SINK_STAGE)} of {produced} after drain")
+        batches = await asyncio.to_thread(_settled_progress, job, first_batch, produced)
+    finally:
+        await stage.stop()
+        consumer.cancel()
+        expiry.cancel()
+        await probe.close()
     print(
         f"  produced {rounds} rounds x {options.partitions} partitions in {produced_s:.1f} s "
         f"({produced / produced_s:.1f} canaries/s), {produced} acknowledged"
@@ -493,7 +499,7 @@ def main() -> None:
                     f"steady: {options.partitions} canaries/s for {options.seconds:g} s, "
                     f"trigger {options.trigger:g} s"
                 )
-                asyncio.run(steady(spark, broker.bootstrap_servers, options))
+                asyncio.run(steady(broker.bootstrap_servers, options))
             if options.part in ("backlog", "all"):
                 print(
                     f"backlog: {options.backlog} canaries, {BACKLOG_PARTITIONS} partitions, "
