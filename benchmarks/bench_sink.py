@@ -218,7 +218,7 @@ async def steady(servers: str, options: argparse.Namespace) -> None:
     try:
         await stage.start()
         print(f"  sink query positioned (first batch) after {time.monotonic() - began:.1f} s")
-        await stage.warm_up(probe.transport.send, probe.partitions[0], config.probe_id)
+        await stage.warm_up(probe.transport.send, probe.partitions, config.probe_id)
         print(f"  warm-up canary through the sink after {time.monotonic() - began:.1f} s")
         job = stage.job
         assert job is not None

@@ -304,6 +304,12 @@ class SinkConfig(_Section):
     # The sink's own freshness deadline: a stream processor adds its trigger interval
     # and batch time to the broker's latency, so it gets a looser bound than judge.freshness.
     freshness: Duration = 30.0
+    # The sink's latency SLO threshold (produce to sink commit): a histogram bucket sits
+    # on it, and the rules read the sink's latency SLI there instead of at
+    # metrics.latency_threshold, which a micro-batch stage cannot meet: a canary waits
+    # up to one trigger for its batch, then the batch's run time. About two triggers
+    # plus a batch by default.
+    latency_threshold: Duration = 5.0
     # The event-time watermark trails the newest canary by this much.
     allowed_lateness: Duration = 60.0
     max_records_per_batch: int | None = Field(default=10_000, ge=1)

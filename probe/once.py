@@ -119,8 +119,8 @@ async def _start_sink(
 
     The first batch that carries data also starts Spark's Python workers for the
     decoder and the judge (~15 s here): canaries produced before that would be judged
-    late for a cold start, not for the pipeline. So one warm-up canary, under a
-    probe id of its own, goes through first; the report counts only this run's.
+    late for a cold start, not for the pipeline. So warm-up canaries, under a probe
+    id of their own, go through first; the report counts only this run's.
     """
     from probe.spark.stage import SparkSinkStage  # noqa: PLC0415 - Spark only when asked
 
@@ -128,7 +128,7 @@ async def _start_sink(
     sink = SparkSinkStage(config, keyring, [OwnCanaries(tally, config.probe_id)])
     await sink.start()
     assert target.transport is not None
-    await sink.warm_up(target.transport.send, target.partitions[0], config.probe_id)
+    await sink.warm_up(target.transport.send, target.partitions, config.probe_id)
     return sink
 
 

@@ -52,12 +52,17 @@ def stop_on_signals(stop: asyncio.Event | None) -> asyncio.Event:
     return stop
 
 
-def service_metrics(config: ProbeConfig) -> tuple[CollectorRegistry, ProbeMetrics]:
-    """A fresh registry with the probe's metrics; a latency bucket on every threshold."""
+def service_metrics(
+    config: ProbeConfig, *, sink: bool | None = None
+) -> tuple[CollectorRegistry, ProbeMetrics]:
+    """A fresh registry with the probe's metrics; a latency bucket on every threshold.
+
+    ``sink``: whether the Spark sink stage runs (default: whether config.stages has it).
+    """
     registry = CollectorRegistry()
     thresholds: tuple[float, ...] = (config.metrics.latency_threshold, config.judge.freshness)
-    if SINK_STAGE in config.stages:
-        thresholds += (config.sink.freshness,)
+    if SINK_STAGE in config.stages if sink is None else sink:
+        thresholds += (config.sink.freshness, config.sink.latency_threshold)
     return registry, ProbeMetrics(registry, latency_thresholds=thresholds, version=probe_version())
 
 
@@ -98,7 +103,7 @@ async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | Non
             await sink.start()
             if target.partitions and target.transport is not None:
                 try:
-                    await sink.warm_up(target.transport.send, target.partitions[0], config.probe_id)
+                    await sink.warm_up(target.transport.send, target.partitions, config.probe_id)
                 except (TimeoutError, ProbeError) as exc:
                     # Probing goes on: a slow first batch only makes early canaries late.
                     log.warning("sink warm-up: %s", exc)

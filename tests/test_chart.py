@@ -403,6 +403,7 @@ def test_config_is_one_the_probe_accepts(values_name: str, tmp_path: Path) -> No
     assert config.metrics.port == 9464
     assert config.metrics.host == "0.0.0.0"
     assert config.metrics.latency_threshold == 0.5
+    assert config.sink.latency_threshold == 5.0
     if values_name == "all-features":
         # Spark on: the sink stage judges too, with the lateness the skew alert assumes.
         assert config.stages == ("consumer", "sink")
@@ -416,9 +417,12 @@ def test_spark_needs_a_place_for_its_tables() -> None:
 
 
 def test_latency_threshold_follows_the_slo(tmp_path: Path) -> None:
-    values = {**MINIMAL, "slo": {"latency": {"objective": 0.99, "thresholdSeconds": 0.25}}}
-    config = probe_config.load(_config_file(render(values), tmp_path))
+    latency = {"objective": 0.99, "thresholdSeconds": 0.25, "sinkThresholdSeconds": 8}
+    config = probe_config.load(
+        _config_file(render({**MINIMAL, "slo": {"latency": latency}}), tmp_path)
+    )
     assert config.metrics.latency_threshold == 0.25
+    assert config.sink.latency_threshold == 8.0
 
 
 def test_a_sasl_password_never_goes_into_a_configmap() -> None:

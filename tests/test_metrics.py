@@ -9,15 +9,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from probe.canary import Canary
+from probe.config import load
 from probe.embedded import EmbeddedBroker
 from probe.errors import RejectReason
 from probe.http import MetricsServer, build_app
-from probe.judge import Judge, JudgePolicy, OwnProbe, StreamKey
+from probe.judge import Fate, Judge, JudgePolicy, Outcome, OwnProbe, StreamKey
 from probe.metrics import ProbeMetrics, latency_buckets
+from probe.service import service_metrics
 from tests.conftest import RunningProbe, run_args, sample, wait_for
 
 SECOND = 1_000_000_000
@@ -77,6 +80,28 @@ def test_buckets_include_the_slo_thresholds() -> None:
     assert 0.3 in buckets
     assert 7.0 in buckets
     assert list(buckets) == sorted(buckets)
+
+
+@pytest.mark.parametrize(
+    ("stages", "sink", "sink_bucket"),
+    [("consumer", None, False), ("consumer,sink", None, True), ("consumer", True, True)],
+)
+def test_the_sink_threshold_has_a_bucket_where_the_sink_runs(
+    stages: str, sink: bool | None, sink_bucket: bool
+) -> None:
+    config = load(overrides={"stages": stages, "sink.latency_threshold": "7s"})
+    registry, metrics = service_metrics(config, sink=sink)
+    metrics.count(
+        "kafka", "sink", [Fate(StreamKey("p1", "kafka", 0), 0, Outcome.DELIVERED, SECOND)]
+    )
+    bounds = {
+        labels["le"]
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for name, labels, _ in [(s.name, s.labels, s.value) for s in family.samples]
+        if name == "synthetic_sla_e2e_latency_seconds_bucket"
+    }
+    assert "0.5" in bounds  # metrics.latency_threshold, always
+    assert ("7.0" in bounds) is sink_bucket
 
 
 def test_findings_move_the_counters() -> None:

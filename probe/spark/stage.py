@@ -141,32 +141,44 @@ class SparkSinkStage:
         return job
 
     async def warm_up(
-        self, send: Callable[[int, bytes], Awaitable[None]], partition: int, probe_id: str
+        self,
+        send: Callable[[int, bytes], Awaitable[None]],
+        partitions: Sequence[int],
+        probe_id: str,
     ) -> None:
-        """Send one canary under a probe id of its own through the sink, and wait for it.
+        """Send warm-up canaries under a probe id of their own through the sink, and
+        wait until every one has landed.
 
         The first batch that carries data also starts Spark's Python workers for the
-        decoder and the judge (~15 s here, more on a busy host): canaries produced
-        before that would be judged late for a cold start, not for the pipeline. The
-        warm-up stream is forgotten afterwards, so it never shows up as silent.
+        source, the decoder and the judge (~15 s here, more on a busy host): canaries
+        produced before that would be judged late for a cold start, not for the
+        pipeline. One canary goes to each of as many partitions as a batch runs tasks
+        in parallel, so every worker a steady batch uses is started. The warm-up
+        streams are forgotten afterwards, so they never show up as silent.
         """
-        warmup = Canary(
-            probe_id=f"{probe_id}.warmup",
-            incarnation=self._clock_ns(),
-            target=self._config.target,
-            partition=partition,
-            seq=0,
-            produced_ns=self._clock_ns(),
-        )
-        await send(partition, encode(warmup, self._keyring))
-        key = StreamKey(warmup.probe_id, warmup.target, partition)
+        assert self.job is not None, "start() first"
+        slots = self.job.spark.sparkContext.defaultParallelism
+        incarnation = self._clock_ns()
+        keys = []
+        for partition in list(partitions)[: max(1, slots)]:
+            warmup = Canary(
+                probe_id=f"{probe_id}.warmup",
+                incarnation=incarnation,
+                target=self._config.target,
+                partition=partition,
+                seq=0,
+                produced_ns=self._clock_ns(),
+            )
+            await send(partition, encode(warmup, self._keyring))
+            keys.append(StreamKey(warmup.probe_id, warmup.target, partition))
         deadline = time.monotonic() + WARMUP_TIMEOUT
         # Commits happen on Spark's batch thread: its record of them shows the landing.
-        while key not in self.freshness.staleness_ns(self._clock_ns()):
+        while not all(key in self.freshness.staleness_ns(self._clock_ns()) for key in keys):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the sink judged nothing within {WARMUP_TIMEOUT:g}s")
+                raise TimeoutError(f"warm-up canaries not through the sink in {WARMUP_TIMEOUT:g}s")
             await asyncio.sleep(0.1)
-        self.freshness.forget(key)
+        for key in keys:
+            self.freshness.forget(key)
 
     def failure(self) -> Any:
         """The query's exception if it died, else None."""

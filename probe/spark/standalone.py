@@ -24,7 +24,7 @@ async def serve_sink(
     config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | None = None
 ) -> None:
     stop = stop_on_signals(stop)
-    registry, metrics = service_metrics(config)
+    registry, metrics = service_metrics(config, sink=True)
     metrics.declare_target(config.target)
     sink = SparkSinkStage(config, keyring, [metrics], metrics=metrics, registry=registry)
     state = {"ready": False, "reason": "starting Spark"}

@@ -67,7 +67,8 @@ app.kubernetes.io/component: probe
 {{/*
 The probe's config file: the user's `config` with the settings the chart owns laid over
 it. The metrics section is the chart's: the port must match the container port and the
-Service, and latency_threshold must be the SLO threshold the rules read a bucket at.
+Service, and latency_threshold (sink.latency_threshold for the Spark sink) must be the
+SLO threshold the rules read a bucket at.
 With Spark on, the sink stage is added and its allowed lateness is the one the
 watermark-skew alert is built from.
 */}}
@@ -81,6 +82,7 @@ watermark-skew alert is built from.
 {{- end -}}
 {{- $metrics := dict "host" "0.0.0.0" "port" (int .Values.service.port) "latency_threshold" .Values.slo.latency.thresholdSeconds -}}
 {{- $_ := set $config "metrics" (mergeOverwrite (dig "metrics" (dict) $config) $metrics) -}}
+{{- $_ := set $config "sink" (mergeOverwrite (dig "sink" (dict) $config) (dict "latency_threshold" .Values.slo.latency.sinkThresholdSeconds)) -}}
 {{- if .Values.spark.enabled -}}
 {{- if not (dig "sink" "path" "" $config) -}}
 {{- fail "spark.enabled needs config.sink.path: where the sink's tables and checkpoint live (e.g. s3a://bucket/sla-sink, or a path on a volume from extraVolumes)" -}}

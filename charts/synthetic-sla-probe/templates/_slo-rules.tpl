@@ -22,7 +22,9 @@ Prometheus 3 stores classic bucket bounds as floats: le="1" is read as le="1.0",
 le="0.5" stays. Match the threshold with and without a trailing ".0" so the latency SLI
 reads the same bucket under Prometheus 2 and 3 and from Go or Python clients.
 */ -}}
+{{- $sinkThreshold := $slo.latency.sinkThresholdSeconds -}}
 {{- $le := printf "%s(\\\\.0)?" ($threshold | toString | replace "." "\\\\.") -}}
+{{- $sinkLe := printf "%s(\\\\.0)?" ($sinkThreshold | toString | replace "." "\\\\.") -}}
 {{- $windows := list "5m" "30m" "1h" "2h" "6h" "1d" "3d" -}}
 {{- /*
 Multi-window multi-burn-rate (SRE workbook, ch. 5): a pair fires when the long window
@@ -45,8 +47,8 @@ for 1d and 1x for 3d spend 10%.
     "name" "latency"
     "alert" "SyntheticSlaLatencyBudgetBurn"
     "objective" $slo.latency.objective
-    "summary" (printf "canaries slower than %vs exhaust the latency error budget" $threshold)
-    "meaning" (printf "of arrived canaries within %vs (objective %v)" $threshold $slo.latency.objective)) -}}
+    "summary" (printf "canaries slower than the latency threshold (%vs; the Spark sink %vs) exhaust the latency error budget" $threshold $sinkThreshold)
+    "meaning" (printf "of arrived canaries within %vs, or %vs in the Spark sink stage (objective %v)" $threshold $sinkThreshold $slo.latency.objective)) -}}
 groups:
   - name: synthetic-sla-probe.sli
     rules:
@@ -60,9 +62,12 @@ groups:
         labels:
           sli: latency
           threshold_seconds: {{ $threshold | toString | quote }}
+          sink_threshold_seconds: {{ $sinkThreshold | toString | quote }}
       # Availability: delivered canaries over all outcomes (delivered, late, lost,
-      # produce_failed). Latency: arrived canaries at or under the threshold, read off
-      # its histogram bucket, over all arrived canaries.
+      # produce_failed). Latency: arrived canaries at or under the stage's threshold,
+      # read off its histogram bucket, over all arrived canaries. The Spark sink is a
+      # micro-batch stage with a threshold of its own: both buckets exist only where
+      # the probe runs that stage, so each stage's series comes from one side of `or`.
       {{- range $window := $windows }}
       - record: target_stage:synthetic_sla_availability:ratio_rate{{ $window }}
         expr: |-
@@ -71,7 +76,11 @@ groups:
           sum by (target, stage) (rate(synthetic_sla_canaries_total[{{ $window }}]))
       - record: target_stage:synthetic_sla_latency:ratio_rate{{ $window }}
         expr: |-
-          sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{le=~"{{ $le }}"}[{{ $window }}]))
+          (
+            sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{stage!="sink",le=~"{{ $le }}"}[{{ $window }}]))
+            or
+            sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{stage="sink",le=~"{{ $sinkLe }}"}[{{ $window }}]))
+          )
           /
           sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_count[{{ $window }}]))
       {{- end }}
