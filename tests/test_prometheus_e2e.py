@@ -125,6 +125,7 @@ def _dashboard_queries() -> list[str]:
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {
         "${latency_threshold}": "0.5",
+        "${sink_latency_threshold}": "5",
         "$__rate_interval": "4s",
         "$slo_period": "5m",
         "$target": ".*",
