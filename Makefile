@@ -47,6 +47,8 @@ lint: python-deps
 
 bench: python-deps
 	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(VENV)/bin/python $$script || exit 1; done
+	@echo "== benchmarks/bench_once.py --stages consumer,sink"
+	@$(VENV)/bin/python benchmarks/bench_once.py --stages consumer,sink
 
 lock:
 	$(UV) lock --python $(PYTHON)
