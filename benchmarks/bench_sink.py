@@ -12,14 +12,16 @@ for the whole run, started before either part, so neither part pays Spark's star
     canary to each of ``--partitions`` (20) partitions every second (20 canaries/s) for
     ``--seconds``, while its consumer stage judges them in the same process and the sink
     query (trigger ``--trigger`` s, ``startingOffsets`` latest) judges them after Spark.
-    Production starts only after the sink's first batch, which fixes the source's start
-    offsets. The sink's latency is produce to sink commit (the ``sink`` stage's latency
+    The stage starts as the probe starts it: production begins only after the sink's
+    first batch (which fixes the source's start offsets) and after its warm-up canaries
+    came through (which start the Python workers of the source, the decoder and the
+    judge). The sink's latency is produce to sink commit (the ``sink`` stage's latency
     as the probe records it); a micro-batch sink cannot do better than about half a
     trigger on average, so it is also given in trigger intervals, with the target p99 <=
     2 trigger intervals. It is given for all canaries, and for those produced after the
-    first batch with data committed ("warm": that batch starts the source's and the
-    decoder's Python workers, and what is produced meanwhile queues behind it). The
-    consumer stage's latency is printed beside it for comparison.
+    first batch with data committed ("warm": anything that batch still had to start
+    delays what is produced meanwhile). The consumer stage's latency is printed beside
+    it for comparison. Where a batch's time goes is printed from Spark's ``durationMs``.
 ``backlog``
     ``--backlog`` signed canaries are written to a 4-partition topic before the query
     starts (seqs 0..N-1 per partition, one probe id and incarnation, stamped when
@@ -30,9 +32,9 @@ for the whole run, started before either part, so neither part pays Spark's star
     query pays for Python workers and plan set-up): records/s the source, decoder and
     judge sustain. Freshness is an hour so that every fate is ``delivered``.
 
-Records per batch are computed from the source's offsets, not Spark's ``numInputRows``:
-the query reads its source twice per batch (once for the judged canaries, once for the
-rejected records), so Spark counts every record twice.
+Records per batch are computed from the source's offsets, the Kafka records a batch
+covered, rather than from Spark's ``numInputRows``, which counts rows per scan of the
+source and so depends on the plan.
 
 The embedded broker (Tansu) lists a partition's end offset correctly only when records
 were written one per record batch, so the backlog is written one record per produce
@@ -142,11 +144,7 @@ def _progress(job: SinkJob) -> list[Any]:
 
 
 def _records(progress: Any) -> int:
-    """Kafka records a batch read, from the source's offsets.
-
-    Not ``numInputRows``: the query reads its source once per branch (the judged canaries
-    and the rejected records), so Spark counts every record twice.
-    """
+    """Kafka records a batch read, from the source's offsets (see the module docstring)."""
     source = progress.sources[0]
     # A query's first batch has no start ("null"): it began at the initial offsets.
     start = json.loads(source.startOffset or "null") or {}
