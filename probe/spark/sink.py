@@ -468,6 +468,12 @@ class SinkJob:
         self.batches_committed = 0
         self._committed = threading.Condition()
 
+    @property
+    def tasks_per_batch(self) -> int:
+        """The source's tasks per batch: one wave. A canary topic has many partitions
+        with a record or two each per batch, and a task costs far more than reading them."""
+        return max(1, self.spark.sparkContext.defaultParallelism)
+
     def build(self) -> DataFrame:
         s = self.settings
         self.spark.dataSource.register(KafkaStreamSource)
@@ -476,9 +482,7 @@ class SinkJob:
             .option("bootstrap.servers", s.bootstrap_servers)
             .option("topic", s.topic)
             .option("startingOffsets", s.starting_offsets)
-            # One wave of tasks per batch: a canary topic has many partitions with a
-            # record or two each, and a task costs far more than reading them.
-            .option("maxInputPartitions", str(self.spark.sparkContext.defaultParallelism))
+            .option("maxInputPartitions", str(self.tasks_per_batch))
         )
         if s.max_records_per_batch:
             reader = reader.option("maxRecordsPerBatch", str(s.max_records_per_batch))

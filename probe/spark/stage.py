@@ -157,10 +157,9 @@ class SparkSinkStage:
         streams are forgotten afterwards, so they never show up as silent.
         """
         assert self.job is not None, "start() first"
-        slots = self.job.spark.sparkContext.defaultParallelism
         incarnation = self._clock_ns()
         keys = []
-        for partition in list(partitions)[: max(1, slots)]:
+        for partition in list(partitions)[: self.job.tasks_per_batch]:
             warmup = Canary(
                 probe_id=f"{probe_id}.warmup",
                 incarnation=incarnation,
