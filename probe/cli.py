@@ -245,7 +245,10 @@ def sink(config_file: Path | None, **flags: Any) -> None:
     logs.configure(config.log_level)
     from probe.spark.standalone import serve_sink  # noqa: PLC0415 - Spark only here
 
-    asyncio.run(serve_sink(config, keyring))
+    problem = asyncio.run(serve_sink(config, keyring))
+    if problem is not None:
+        click.echo(f"sla-probe: sink stage ended: {problem}", err=True)
+        sys.exit(1)
 
 
 def _require_sink_settings(config: ProbeConfig) -> None:
@@ -282,5 +285,5 @@ def keygen(kid: str | None, output: Path | None) -> None:
     click.echo(f"wrote {output}", err=True)
 
 
-if __name__ == "__main__":  # `spark-submit .../probe/cli.py sink ...`
+if __name__ == "__main__":  # `python -m probe.cli`; spark-submit takes probe/spark/submit.py
     main()

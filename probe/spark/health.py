@@ -39,12 +39,23 @@ def parse_spark_time(text: str | None) -> int | None:
 
 
 def source_lag(latest: str | None, processed: str | None) -> int | None:
-    """Records between the source's latest and processed offsets (JSON offset maps)."""
-    if not latest:
+    """Records between the source's latest and processed offsets (JSON offset maps);
+    None while the latest offsets are unknown (broker away, topic not there yet)."""
+    latest_map = _offset_map(latest)
+    if latest_map is None:
         return None
-    latest_map: dict[str, int] = json.loads(latest)
-    processed_map: dict[str, int] = json.loads(processed) if processed else {}
+    processed_map = _offset_map(processed) or {}
     return sum(max(0, int(o) - int(processed_map.get(p, 0))) for p, o in latest_map.items())
+
+
+def _offset_map(text: str | None) -> dict[str, int] | None:
+    # Progress carries offsets as JSON text; an unknown offset comes as an empty or
+    # non-JSON string, which must not break the listener (and with it every metric).
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class SparkHealth(Collector):

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from py4j.protocol import Py4JError
 
 from probe.canary import Canary, encode
 from probe.config import KafkaConfig, ProbeConfig
@@ -185,8 +186,25 @@ class SparkSinkStage:
             return None
         return self.job.query.exception() if not self.job.query.isActive else None
 
+    def problem(self) -> str | None:
+        """Why the started query can no longer judge anything, or None while it runs:
+        it failed, it was stopped, or Spark's JVM is gone (under spark-submit the JVM
+        is this process's parent, and a signal to spark-submit stops only the JVM)."""
+        if self.job is None or self.job.query is None:
+            return None
+        try:
+            if self.job.query.isActive:
+                return None
+            failure = self.job.query.exception()
+        except Py4JError as exc:
+            return f"Spark's JVM is gone ({type(exc).__name__})"
+        return f"sink query failed: {failure}" if failure is not None else "sink query stopped"
+
     async def stop(self) -> None:
         if self.job is not None:
-            await asyncio.to_thread(self.job.stop)
+            try:
+                await asyncio.to_thread(self.job.stop)
+            except Py4JError as exc:  # nothing left to stop
+                log.warning("sink stop: Spark's JVM is gone (%s)", type(exc).__name__)
         if self._temp is not None:
             self._temp.cleanup()

@@ -9,6 +9,7 @@ Submit it to a cluster with ``spark-submit`` (see README, "Spark sink stage") an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from probe.config import ProbeConfig
@@ -19,10 +20,15 @@ from probe.spark.stage import SparkSinkStage
 
 log = logging.getLogger(__name__)
 
+# How often the query and Spark's JVM are checked: a dead sink exits within this.
+WATCH_INTERVAL = 2.0
+
 
 async def serve_sink(
     config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | None = None
-) -> None:
+) -> str | None:
+    """Serve until ``stop`` (or SIGTERM/SIGINT): None. If the sink ends by itself
+    first (its query failed or stopped, or Spark's JVM is gone): why."""
     stop = stop_on_signals(stop)
     registry, metrics = service_metrics(config, sink=True)
     metrics.declare_target(config.target)
@@ -41,8 +47,28 @@ async def serve_sink(
         await sink.start()
         state.update(ready=True, reason="sink query running")
         metrics.ready.labels(config.target).set(1)
-        await stop.wait()
+        problem = await _watch(sink, stop)
+        if problem is not None:
+            log.error("sink stage ended: %s", problem)
+        return problem
     finally:
         log.info("stopping the sink")
         await sink.stop()
         await server.stop()
+
+
+async def _watch(sink: SparkSinkStage, stop: asyncio.Event) -> str | None:
+    """Wait for ``stop``; return why the sink cannot go on if that comes first.
+
+    A sink whose query died, or whose JVM went away (spark-submit passes a signal to
+    the JVM only, and the JVM does not take its Python driver with it), must not live
+    on serving stale metrics and a green /healthz: it exits, so whatever runs it can
+    restart it from its checkpoint.
+    """
+    while not stop.is_set():
+        problem = await asyncio.to_thread(sink.problem)
+        if problem is not None:
+            return problem
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), WATCH_INTERVAL)
+    return None

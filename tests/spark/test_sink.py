@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,7 +22,7 @@ from probe.embedded import EmbeddedBroker
 from probe.judge import Outcome
 from probe.keys import KeyRing, generate_key_ring
 from probe.report import Tally
-from probe.spark.health import SparkHealth
+from probe.spark.health import SparkHealth, source_lag
 from probe.spark.sink import SinkJob, SinkSettings
 from probe.stage import SINK_STAGE
 from probe.target import CONSUMER_STAGE, TargetProbe
@@ -250,3 +251,22 @@ def _settings_for_freshness(freshness_s: float) -> SinkSettings:
         freshness_s=freshness_s,
         loss_timeout_s=60.0,
     )
+
+
+@pytest.mark.parametrize(
+    ("latest", "processed", "lag"),
+    [
+        ('{"0": 10, "1": 4}', '{"0": 7, "1": 4}', 3),
+        ('{"0": 10, "1": 4}', None, 14),  # nothing processed yet
+        ('{"0": 3}', '{"0": 5}', 0),  # re-created topic: never negative
+        # Unknown latest offsets (broker away, topic not created yet): no figure, and
+        # no exception, which would stop the listener feeding every Spark metric.
+        (None, '{"0": 5}', None),
+        ("", None, None),
+        ("None", None, None),
+        ("null", None, None),
+        ("[1, 2]", None, None),
+    ],
+)
+def test_source_lag(latest: str | None, processed: str | None, lag: int | None) -> None:
+    assert source_lag(latest, processed) == lag

@@ -1,0 +1,161 @@
+"""The sink stage as a long-running service: inside `sla-probe run`, and on its own as
+`sla-probe sink` under spark-submit (the way a Spark cluster runs it)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+from pyspark.sql import SparkSession
+
+import probe.spark.submit
+from probe.config import load
+from probe.embedded import EmbeddedBroker, free_loopback_port
+from probe.keys import generate_key_ring
+from probe.spark.standalone import serve_sink
+from tests.conftest import RunningProbe, http_status, run_args, sample, scrape, wait_for
+
+SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
+# Spark's start-up, the query's positioning batch and the Python workers' start.
+SINK_UP = 180.0
+# sink.latency_threshold (5 s by default) has a bucket: the rules read the sink's SLI there.
+SINK_THRESHOLD_BUCKET = (
+    "synthetic_sla_e2e_latency_seconds_bucket",
+    (("le", "5.0"), ("stage", "sink"), ("target", "kafka")),
+)
+
+
+def _sink_delivered(port: int) -> float:
+    return sample(scrape(port), "synthetic_sla_canaries_total", stage="sink", outcome="delivered")
+
+
+def _batches(port: int) -> float:
+    return sample(scrape(port), "synthetic_sla_spark_batch_duration_seconds_count")
+
+
+def test_run_with_the_sink_stage_measures_both_stages(
+    broker: EmbeddedBroker,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+    tmp_path: Path,
+) -> None:
+    sink_path = tmp_path / "sink"
+    running = start_probe(
+        *run_args(broker.bootstrap_servers, topic, key_file),
+        "--stages", "consumer,sink", "--sink-path", str(sink_path),
+    )  # fmt: skip
+    wait_for(
+        lambda: running.process.poll() is not None or _sink_delivered(running.port) >= 3,
+        timeout=SINK_UP,
+        what="canaries delivered in the sink stage",
+    )
+    assert running.process.poll() is None, running.log.read_text()[-3000:]
+    wait_for(lambda: _batches(running.port) > 0, timeout=30, what="batch durations observed")
+    samples = running.metrics()
+    assert sample(samples, "synthetic_sla_canaries_total", stage="consumer", outcome="delivered")
+    # The sink's latency SLI is read at its own threshold: a bucket sits there.
+    assert SINK_THRESHOLD_BUCKET in samples
+    assert sample(samples, "synthetic_sla_invalid_total", stage="sink") == 0
+    assert http_status(running.port, "/readyz") == 200
+    # What the counters say landed is in the table, under the probe's own id.
+    landed = pq.read_table(sink_path / "canaries").column("probe_id").to_pylist()
+    assert landed.count("probe-under-test") >= 3
+    assert running.stop(timeout=60) < 60
+    assert running.process.returncode == 0, running.log.read_text()[-3000:]
+
+
+def test_the_standalone_sink_runs_under_spark_submit(
+    broker: EmbeddedBroker,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+    tmp_path: Path,
+) -> None:
+    """`run` produces with its consumer stage only; `sla-probe sink` under spark-submit,
+    with ``sink.master: null`` so spark-submit's master is used, judges the same topic."""
+    producer = start_probe(*run_args(broker.bootstrap_servers, topic, key_file))
+    wait_for(lambda: producer.canaries("delivered") >= 1, timeout=30, what="canaries produced")
+    port = free_loopback_port()
+    config = tmp_path / "sink.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic},
+                "sink": {"master": None, "path": str(tmp_path / "sink")},
+                "metrics": {"host": "127.0.0.1", "port": port},
+            }
+        )
+    )
+    log = tmp_path / "spark-submit.log"
+    # spark-submit starts the driver with PYSPARK_PYTHON: this interpreter, with `probe`.
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    sink = subprocess.Popen(
+        [SPARK_SUBMIT, "--master", "local[2]", probe.spark.submit.__file__,
+         "--config", str(config), "--signing-key-file", str(key_file)],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: sink.poll() is not None or _sink_delivered(port) >= 3,
+            timeout=SINK_UP,
+            what="canaries delivered in the standalone sink",
+        )
+        assert sink.poll() is None, log.read_text()[-3000:]
+        assert http_status(port, "/readyz") == 200
+        # The standalone sink serves the sink's metrics only, with the Spark health
+        # (Spark posts a batch's progress to the listener after the batch).
+        wait_for(lambda: _batches(port) > 0, timeout=30, what="batch durations observed")
+        samples = scrape(port)
+        assert sample(samples, "synthetic_sla_canaries_total", stage="consumer") == 0
+        assert SINK_THRESHOLD_BUCKET in samples
+        sink.send_signal(signal.SIGTERM)
+        # spark-submit hands the signal to the JVM alone; the Python driver sees its
+        # JVM go and exits too, instead of serving a green /healthz for a dead sink.
+        assert sink.wait(60) in (0, 128 + signal.SIGTERM), log.read_text()[-3000:]
+        wait_for(lambda: http_status(port, "/healthz") == 0, timeout=30, what="driver gone")
+    finally:
+        if sink.poll() is None:
+            sink.kill()
+            sink.wait()
+
+
+async def test_the_standalone_sink_ends_when_its_query_does(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """A sink whose query is gone must not serve a green /healthz forever: it ends,
+    saying why, so whatever runs it restarts it from its checkpoint. (The topic does
+    not exist yet: the sink starts anyway and waits for it.)"""
+    port = free_loopback_port()
+    config = load(
+        overrides={
+            "kafka.bootstrap_servers": broker.bootstrap_servers,
+            "kafka.topic": topic,
+            "sink.path": str(tmp_path / "sink"),
+            "sink.master": "local[2]",  # the tests' session: getOrCreate returns it
+            "metrics.host": "127.0.0.1",
+            "metrics.port": port,
+        }
+    )
+    serving = asyncio.create_task(serve_sink(config, generate_key_ring(), asyncio.Event()))
+
+    # The sink serves on this event loop: ask it from a thread, never block the loop.
+    async def ready() -> bool:
+        return serving.done() or await asyncio.to_thread(http_status, port, "/readyz") == 200
+
+    deadline = time.monotonic() + SINK_UP
+    while not await ready():
+        assert time.monotonic() < deadline, "the standalone sink was not ready in time"
+        await asyncio.sleep(0.2)
+    (query,) = [q for q in spark.streams.active if q.name == "synthetic_sla_sink"]
+    await asyncio.to_thread(query.stop)
+    assert await asyncio.wait_for(serving, 30) == "sink query stopped"
+    assert http_status(port, "/healthz") == 0  # its server is closed
