@@ -82,8 +82,8 @@ async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | Non
         sink = SparkSinkStage(config, keyring, [metrics], metrics=metrics, registry=registry)
 
     def readiness() -> tuple[bool, str]:
-        if sink is not None and (failure := sink.failure()) is not None:
-            return False, f"sink query failed: {failure}"
+        if sink is not None and (problem := sink.problem()) is not None:
+            return False, problem
         states = [(target.target, *target.readiness()) for target in targets]
         if len(states) == 1:
             return states[0][1:]

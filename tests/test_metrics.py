@@ -11,7 +11,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from probe.canary import Canary
 from probe.config import load
@@ -21,7 +20,7 @@ from probe.http import MetricsServer, build_app
 from probe.judge import Fate, Judge, JudgePolicy, Outcome, OwnProbe, StreamKey
 from probe.metrics import ProbeMetrics, latency_buckets
 from probe.service import service_metrics
-from tests.conftest import RunningProbe, run_args, sample, wait_for
+from tests.conftest import RunningProbe, parse_samples, run_args, sample, wait_for
 
 SECOND = 1_000_000_000
 OWN = OwnProbe("p1", incarnation=1)
@@ -36,12 +35,7 @@ class Clock:
 
 
 def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(registry).decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    return parse_samples(generate_latest(registry).decode())
 
 
 def _stage(clock: Clock) -> tuple[CollectorRegistry, ProbeMetrics, Judge]:
@@ -95,9 +89,8 @@ def test_the_sink_threshold_has_a_bucket_where_the_sink_runs(
         "kafka", "sink", [Fate(StreamKey("p1", "kafka", 0), 0, Outcome.DELIVERED, SECOND)]
     )
     bounds = {
-        labels["le"]
-        for family in text_string_to_metric_families(generate_latest(registry).decode())
-        for name, labels, _ in [(s.name, s.labels, s.value) for s in family.samples]
+        dict(labels)["le"]
+        for name, labels in _samples(registry)
         if name == "synthetic_sla_e2e_latency_seconds_bucket"
     }
     assert "0.5" in bounds  # metrics.latency_threshold, always

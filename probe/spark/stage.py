@@ -14,7 +14,6 @@ import logging
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 from py4j.protocol import Py4JError
@@ -179,12 +178,6 @@ class SparkSinkStage:
             await asyncio.sleep(0.1)
         for key in keys:
             self.freshness.forget(key)
-
-    def failure(self) -> Any:
-        """The query's exception if it died, else None."""
-        if self.job is None or self.job.query is None:
-            return None
-        return self.job.query.exception() if not self.job.query.isActive else None
 
     def problem(self) -> str | None:
         """Why the started query can no longer judge anything, or None while it runs:

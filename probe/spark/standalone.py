@@ -36,9 +36,9 @@ async def serve_sink(
     state = {"ready": False, "reason": "starting Spark"}
 
     def readiness() -> tuple[bool, str]:
-        failure = sink.failure()
-        if failure is not None:
-            return False, f"sink query failed: {failure}"
+        problem = sink.problem()
+        if problem is not None:
+            return False, problem
         return bool(state["ready"]), str(state["reason"])
 
     server = MetricsServer(build_app(registry, readiness), config.metrics.host, config.metrics.port)

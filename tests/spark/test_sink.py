@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import Row, SparkSession
 
 from probe.canary import Canary, encode
@@ -26,7 +25,7 @@ from probe.spark.health import SparkHealth, source_lag
 from probe.spark.sink import SinkJob, SinkSettings
 from probe.stage import SINK_STAGE
 from probe.target import CONSUMER_STAGE, TargetProbe
-from tests.conftest import sample
+from tests.conftest import parse_samples, sample
 from tests.spark.conftest import until
 
 FIRST_BATCH_TIMEOUT = 180
@@ -218,12 +217,7 @@ async def test_a_stalled_sink_shows_in_skew_and_staleness_not_in_the_consumer(
 
 
 def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(registry).decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    return parse_samples(generate_latest(registry).decode())
 
 
 def test_delivered_or_late_is_decided_at_commit() -> None:
