@@ -51,6 +51,14 @@ Anomalies -- reported beside the fates, never instead of a first fate
     With ``own=OwnProbe(...)``, any canary whose probe id or incarnation differs. It
     changes no state. With ``own=None`` (the Spark sink judges every probe on the topic)
     nothing is foreign.
+``sequence_jump``
+    A canary of the tracked incarnation that is neither pending nor decided and whose
+    seq lies more than ``memory`` above the highest seq known (see *Jumps*). It gets no
+    fate and changes no state, so one record cannot silence a partition.
+``misrouted``
+    A verified canary read where it was not written: another partition than its own,
+    or a stream the stage does not track. Decided by the stages (only they know where
+    a record was read); the judge never sees it.
 
 Gaps
 ----
@@ -62,6 +70,17 @@ first seq a stream ever saw (a stage may start mid-stream), nor below the rememb
 window: of a gap wider than ``memory`` only the newest ``memory - 1`` seqs are implied.
 Such a jump means a broken sequence rather than thousands of unseen losses, and
 inferring it all would make the state unbounded.
+
+Jumps
+-----
+Seqs of one incarnation grow by one per acknowledged canary, so a seq far beyond the
+highest known one is not a canary the broker lost in between: it is a forged or
+corrupted record (or a producer bug). Taking it as the new high would imply thousands
+of losses at once and make every later genuine canary look forgotten (``duplicate``).
+So it is reported as ``sequence_jump`` and ignored. Only a second jumping canary that
+continues the first (its seq within ``memory`` above the first's) proves a new
+sequence: the stream then follows it, the canaries between the two implied as usual.
+A genuine canary in sequence clears a remembered jump.
 
 Incarnations
 ------------
@@ -130,6 +149,8 @@ class AnomalyKind(StrEnum):
     OUT_OF_ORDER = "out_of_order"
     RESURRECTED = "resurrected"
     FOREIGN = "foreign"
+    SEQUENCE_JUMP = "sequence_jump"
+    MISROUTED = "misrouted"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -230,6 +251,7 @@ class StreamState:
     high_seq: int | None = None  # highest seq acked or arrived in `incarnation`
     high_arrived: int | None = None  # highest seq arrived in `incarnation`
     freshest_ns: int | None = None  # produced_ns of the freshest canary that got a fate
+    jumped: int | None = None  # seq of the last `sequence_jump` of `incarnation`, if any
     pending: dict[_Ident, int] = field(default_factory=dict)  # -> deadline_ns
     decided: dict[_Ident, bool] = field(default_factory=dict)  # -> True if declared lost
     # Min-heap over the keys of `decided`, so trimming to `memory` is O(log n) per event.
@@ -265,6 +287,15 @@ class StreamState:
         current = canary.incarnation == self.incarnation
         if ident not in self.pending and (not current or self._forgotten(seq, policy)):
             return [Anomaly(key, seq, AnomalyKind.DUPLICATE)]
+        if ident not in self.pending and self._jumps(seq, policy):
+            if self.jumped is None or not 0 < seq - self.jumped <= policy.memory:
+                self.jumped = seq
+                return [Anomaly(key, seq, AnomalyKind.SEQUENCE_JUMP)]
+            # A second canary continuing the first jump: the sequence really moved on.
+            # The first one got no fate; remembered, so a replay of it gets none either.
+            self.high_seq = self.high_arrived = self.jumped
+            self._remember((canary.incarnation, self.jumped), lost=False, policy=policy)
+        self.jumped = None
 
         self.pending.pop(ident, None)
         latency_ns = max(0, now_ns - canary.produced_ns)
@@ -309,6 +340,7 @@ class StreamState:
             "high_seq": self.high_seq,
             "high_arrived": self.high_arrived,
             "freshest_ns": self.freshest_ns,
+            "jumped": self.jumped,
             "pending": [
                 [inc, seq, deadline] for (inc, seq), deadline in sorted(self.pending.items())
             ],
@@ -340,6 +372,8 @@ class StreamState:
             high_seq=_optional_int(data.get("high_seq"), "high_seq"),
             high_arrived=_optional_int(data.get("high_arrived"), "high_arrived"),
             freshest_ns=_optional_int(data.get("freshest_ns"), "freshest_ns"),
+            # Absent from states written before jumps were tracked.
+            jumped=_optional_int(data.get("jumped"), "jumped"),
             pending=pending,
             decided=decided,
             _decided_order=order,
@@ -353,6 +387,11 @@ class StreamState:
             self.incarnation = incarnation
             self.high_seq = None
             self.high_arrived = None
+            self.jumped = None
+
+    def _jumps(self, seq: int, policy: JudgePolicy) -> bool:
+        # Beyond the window above the highest seq: see "Jumps".
+        return self.high_seq is not None and seq > self.high_seq + policy.memory
 
     def _forgotten(self, seq: int, policy: JudgePolicy) -> bool:
         # At or below the window: a decision about it may have been trimmed away.
@@ -478,6 +517,10 @@ class Judge:
 
     def streams(self) -> list[StreamKey]:
         return sorted(self._streams)
+
+    def tracks(self, key: StreamKey) -> bool:
+        """Whether the stream is watched or has seen an event."""
+        return key in self._streams
 
     def export_state(self, key: StreamKey) -> dict[str, object] | None:
         state = self._streams.get(key)

@@ -153,6 +153,20 @@ class ProbeMetrics:
             ["target", "stage"],
             registry=registry,
         )
+        self.sequence_jumps = Counter(
+            "synthetic_sla_sequence_jumps",
+            "Verified canaries whose seq jumps far past their partition's sequence "
+            "(forged or corrupted; ignored so they cannot silence the partition).",
+            ["target", "stage"],
+            registry=registry,
+        )
+        self.misrouted = Counter(
+            "synthetic_sla_misrouted",
+            "Verified canaries read where they were not written (another partition, "
+            "or one the probe does not write to).",
+            ["target", "stage"],
+            registry=registry,
+        )
         self.invalid = Counter(
             "synthetic_sla_invalid",
             "Records on the canary topic that are not valid canaries, by reason.",
@@ -211,8 +225,8 @@ class ProbeMetrics:
         for outcome in Outcome:
             self.canaries.labels(target, stage, outcome.value)
         self.e2e_latency.labels(target, stage)
-        for counter in (self.duplicates, self.out_of_order, self.resurrected, self.foreign):
-            counter.labels(target, stage)
+        for kind in AnomalyKind:
+            self._anomaly_counter(kind).labels(target, stage)
         for reason in RejectReason:
             self.invalid.labels(target, stage, reason.value)
         if isinstance(judge, Judge):
@@ -237,4 +251,6 @@ class ProbeMetrics:
             AnomalyKind.OUT_OF_ORDER: self.out_of_order,
             AnomalyKind.RESURRECTED: self.resurrected,
             AnomalyKind.FOREIGN: self.foreign,
+            AnomalyKind.SEQUENCE_JUMP: self.sequence_jumps,
+            AnomalyKind.MISROUTED: self.misrouted,
         }[kind]

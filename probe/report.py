@@ -62,6 +62,8 @@ class StageTally:
             "out_of_order": self.anomalies[AnomalyKind.OUT_OF_ORDER],
             "resurrected": self.anomalies[AnomalyKind.RESURRECTED],
             "foreign": self.anomalies[AnomalyKind.FOREIGN],
+            "sequence_jump": self.anomalies[AnomalyKind.SEQUENCE_JUMP],
+            "misrouted": self.anomalies[AnomalyKind.MISROUTED],
             "ok": self.ok,
         }
 
@@ -72,6 +74,9 @@ class Tally:
 
     target: str
     stages: dict[str, StageTally] = field(default_factory=dict)
+    # Why nothing (or not everything) was measured: an unreachable broker, a missing
+    # topic. Set, the run fails whatever the stages counted.
+    error: str | None = None
 
     def declare_stage(self, stage: str) -> None:
         self.stages.setdefault(stage, StageTally())
@@ -91,12 +96,13 @@ class Tally:
 
     @property
     def ok(self) -> bool:
-        return bool(self.stages) and all(t.ok for t in self.stages.values())
+        return self.error is None and bool(self.stages) and all(t.ok for t in self.stages.values())
 
     def as_dict(self) -> dict[str, object]:
         return {
             "target": self.target,
             "ok": self.ok,
+            "error": self.error,
             "stages": {name: t.as_dict() for name, t in sorted(self.stages.items())},
         }
 
@@ -146,8 +152,9 @@ class Tally:
             )
             for row in rows
         ]
+        problem = [f"error: {self.error}"] if self.error is not None else []
         closing = [f"result: {'PASS' if self.ok else 'FAIL'}"] if verdict else []
-        return "\n".join([f"target {self.target}", *lines, *closing])
+        return "\n".join([f"target {self.target}", *lines, *problem, *closing])
 
 
 @dataclass

@@ -115,6 +115,8 @@ class TargetProbe:
                 own=self.own,
                 recorders=recorders,
                 max_size=config.canary.max_size,
+                routed=name != BRIDGE_STAGE,
+                reject_log_period=config.interval,
             )
             for name in stage_names(config, kind)
         ]

@@ -429,12 +429,14 @@ def test_memory_bounds_state_and_old_seqs_count_as_duplicates() -> None:
     assert judge.pending_count() == 0
 
 
-def test_memory_caps_a_gap_wider_than_the_window() -> None:
+def test_a_gap_wider_than_the_window_implies_nothing_until_it_is_continued() -> None:
     policy = JudgePolicy(freshness_ns=50, loss_timeout_ns=200, memory=4)
     judge = Judge(policy, own=OWN)
     run(judge, [Ev("arrive", 0, 10), Ev("arrive", 1_000, 100_010)])
+    assert judge.pending_count() == 0
+    run(judge, [Ev("arrive", 1_004, 100_410)])
     assert judge.pending_count() == 3
-    assert run(judge, [tick(FAR)]) == [("lost", 997), ("lost", 998), ("lost", 999)]
+    assert run(judge, [tick(FAR)]) == [("lost", 1_001), ("lost", 1_002), ("lost", 1_003)]
     state = judge.export_state(KEY0)
     assert state is not None
     assert len(state["decided"]) == 4  # type: ignore[arg-type]
@@ -610,3 +612,60 @@ def test_without_acks_every_seq_from_first_seen_to_highest_gets_one_fate(
     assert fates == Counter(expected)
     lost = {f.seq for f in findings if isinstance(f, Fate) and f.outcome is Outcome.LOST}
     assert lost <= set(range(seqs[0] + 1, max(seqs)))  # only gaps are implied
+
+
+def test_a_seq_far_beyond_the_window_is_a_jump_and_silences_nothing() -> None:
+    """One signed record with a huge seq must not make the partition lost or duplicate."""
+    policy = JudgePolicy(freshness_ns=50, loss_timeout_ns=200, memory=8)
+    judge = Judge(policy, own=OWN)
+    healthy = [
+        e
+        for seq in range(3)
+        for e in (Ev("ack", seq, seq * INTERVAL + 1), Ev("arrive", seq, seq * INTERVAL + 10))
+    ]
+    assert run(judge, healthy) == [("delivered", seq, 10) for seq in range(3)]
+    forged = Ev("arrive", 2**62, 300, produced=250)
+    assert run(judge, [forged]) == [("sequence_jump", 2**62)]
+    after = [
+        e
+        for seq in range(3, 6)
+        for e in (Ev("ack", seq, seq * INTERVAL + 1), Ev("arrive", seq, seq * INTERVAL + 10))
+    ]
+    assert run(judge, [*after, tick(FAR)]) == [("delivered", seq, 10) for seq in range(3, 6)]
+    assert judge.pending_count() == 0
+
+
+def test_a_jump_without_acks_is_followed_once_a_second_canary_continues_it() -> None:
+    """The sink (no acks, no own probe): a lone jump is ignored, a continued one adopted."""
+    policy = JudgePolicy(freshness_ns=50, loss_timeout_ns=200, memory=4)
+    judge = Judge(policy)
+    assert run(judge, [Ev("arrive", 0, 10), Ev("arrive", 100, 10_010)]) == [
+        ("delivered", 0, 10),
+        ("sequence_jump", 100),
+    ]
+    # Back in sequence: the jump is forgotten, a later lone jump is one again.
+    assert run(judge, [Ev("arrive", 1, 110), Ev("arrive", 200, 20_010)]) == [
+        ("delivered", 1, 10),
+        ("sequence_jump", 200),
+    ]
+    # 202 continues 200 within the window: the stream follows, 201 is implied.
+    assert run(judge, [Ev("arrive", 202, 20_210), tick(FAR)]) == [
+        ("delivered", 202, 10),
+        ("lost", 201),
+    ]
+    # The first jumping canary got no fate and never gets one.
+    assert run(judge, [Ev("arrive", 200, FAR)]) == [("duplicate", 200)]
+
+
+def test_a_remembered_jump_survives_the_state_hand_over() -> None:
+    policy = JudgePolicy(freshness_ns=50, loss_timeout_ns=200, memory=4)
+    judge = Judge(policy)
+    run(judge, [Ev("arrive", 0, 10), Ev("arrive", 100, 10_010)])
+    exported = judge.export_state(KEY0)
+    assert exported is not None
+    assert exported["jumped"] == 100
+    resumed = Judge(policy)
+    resumed.import_state(KEY0, exported)
+    assert run(resumed, [Ev("arrive", 101, 10_110)]) == [("delivered", 101, 10)]
+    legacy = {k: v for k, v in exported.items() if k != "jumped"}
+    assert StreamState.from_dict(legacy).jumped is None

@@ -92,6 +92,10 @@ DECODED = StructType(
     ]
 )
 
+# Verdicts of records that are not judged, beside the RejectReason values.
+FOREIGN = AnomalyKind.FOREIGN.value
+MISROUTED = AnomalyKind.MISROUTED.value
+
 # The grouping key of rejected records (with their Kafka partition). Were a canary to
 # claim it as its probe id, rows would still be told apart by their `reason`.
 QUARANTINE_KEY = "\x00rejected"
@@ -167,13 +171,19 @@ TABLE_SCHEMAS = {
 
 
 def decode_batches(
-    keyring_json: str, max_size: int
+    keyring_json: str, max_size: int, probe_id: str
 ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
-    """The executor-side decoder for mapInPandas. Never raises for hostile bytes."""
+    """The executor-side decoder for mapInPandas. Never raises for hostile bytes.
+
+    Records are classified exactly as the other stages classify them (foreign, invalid
+    with a reason, or a verified canary); ``reason`` carries the verdict of a record
+    that is not judged: a :class:`RejectReason`, ``foreign``, or ``misrouted`` for a
+    verified canary read from another Kafka partition than the one it names.
+    """
 
     def decode_frames(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        from probe.canary import decode  # noqa: PLC0415 - runs on the executors
-        from probe.errors import CanaryRejected  # noqa: PLC0415
+        from probe.canary import Canary  # noqa: PLC0415 - runs on the executors
+        from probe.stage import classify  # noqa: PLC0415
 
         keyring = KeyRing.from_json(keyring_json)
         for frame in frames:
@@ -182,22 +192,35 @@ def decode_batches(
                 frame["partition"], frame["offset"], frame["value"], strict=True
             ):
                 payload = bytes(value) if value is not None else b""
-                try:
-                    canary = decode(payload, keyring, max_size=max_size)
-                except CanaryRejected as rejected:
-                    rows.append(_rejected_row(rejected, int(kafka_partition), int(offset), payload))
+                verdict = classify(payload, keyring, probe_id, max_size=max_size)
+                if verdict is None:
+                    rows.append(_unjudged_row(FOREIGN, None, int(kafka_partition), int(offset)))
+                    continue
+                if not isinstance(verdict, Canary):
+                    rows.append(
+                        _unjudged_row(
+                            verdict.reason.value,
+                            verdict.claimed_probe_id,
+                            int(kafka_partition),
+                            int(offset),
+                            # A record too large to be a canary is not worth keeping whole.
+                            payload[:65536],
+                        )
+                    )
                     continue
                 rows.append(
                     {
-                        "probe_id": canary.probe_id,
-                        "target": canary.target,
-                        "partition": canary.partition,
-                        "incarnation": canary.incarnation,
-                        "seq": canary.seq,
-                        "produced_ns": canary.produced_ns,
-                        "produced_at": _event_time(canary.produced_ns),
-                        "trace_context": canary.trace_context,
-                        "reason": None,
+                        "probe_id": verdict.probe_id,
+                        "target": verdict.target,
+                        "partition": verdict.partition,
+                        "incarnation": verdict.incarnation,
+                        "seq": verdict.seq,
+                        "produced_ns": verdict.produced_ns,
+                        "produced_at": _event_time(verdict.produced_ns),
+                        "trace_context": verdict.trace_context,
+                        # A verified canary naming another partition than the one it
+                        # was read from was forged or replayed there: not judged.
+                        "reason": None if verdict.partition == kafka_partition else MISROUTED,
                         "kafka_partition": int(kafka_partition),
                         "kafka_offset": int(offset),
                         "value": None,
@@ -216,11 +239,15 @@ def _event_time(produced_ns: int) -> pd.Timestamp:
     return pd.Timestamp(min(produced_ns // 1000, _MAX_EVENT_US), unit="us", tz="UTC")
 
 
-def _rejected_row(
-    rejected: Any, kafka_partition: int, offset: int, payload: bytes
+def _unjudged_row(
+    reason: str,
+    claimed_probe_id: str | None,
+    kafka_partition: int,
+    offset: int,
+    payload: bytes | None = None,
 ) -> dict[str, object]:
     return {
-        "probe_id": rejected.claimed_probe_id,
+        "probe_id": claimed_probe_id,
         "target": None,
         "partition": None,
         "incarnation": None,
@@ -228,11 +255,10 @@ def _rejected_row(
         "produced_ns": None,
         "produced_at": None,
         "trace_context": None,
-        "reason": rejected.reason.value,
+        "reason": reason,
         "kafka_partition": kafka_partition,
         "kafka_offset": offset,
-        # A record too large to be a canary is not worth keeping whole.
-        "value": payload[:65536],
+        "value": payload,
     }
 
 
@@ -320,13 +346,16 @@ class JudgeProcessor(StatefulProcessor):
 
 
 def _rejected_out(row: Any) -> dict[str, object]:
+    # A foreign record is only counted; a misrouted canary is an anomaly in the
+    # verdicts table; anything else is invalid and goes to quarantine.
+    kind = {FOREIGN: "foreign", MISROUTED: "anomaly"}.get(row.reason, "invalid")
     return {
-        "kind": "invalid",
-        "probe_id": row.probe_id,  # as claimed, unauthenticated
-        "target": None,
-        "partition": None,
-        "incarnation": None,
-        "seq": None,
+        "kind": kind,
+        "probe_id": row.probe_id,  # as claimed, unauthenticated for an invalid record
+        "target": row.target,
+        "partition": row.kafka_partition if row.partition is None else row.partition,
+        "incarnation": row.incarnation,
+        "seq": row.seq,
         "produced_ns": None,
         "outcome": row.reason,
         "judged_ns": None,
@@ -419,6 +448,8 @@ class SinkSettings:
     path: str  # tables live under it: canaries/, quarantine/, verdicts/, _checkpoint/
     target: str
     freshness_s: float
+    # The probe judging: an unknown key claiming another probe id is foreign.
+    probe_id: str
     loss_timeout_s: float
     allowed_lateness_s: float = 60.0
     trigger_s: float = 2.0
@@ -489,7 +520,9 @@ class SinkJob:
         for name, value in s.kafka_options.items():
             reader = reader.option(f"kafka.{name}", value)
         raw = reader.load().select("partition", "offset", "value")
-        decoded = raw.mapInPandas(decode_batches(self._keyring.to_json(), s.max_size), DECODED)
+        decoded = raw.mapInPandas(
+            decode_batches(self._keyring.to_json(), s.max_size, s.probe_id), DECODED
+        )
         valid = F.col("reason").isNull()
         # One branch only (a union of a valid and a rejected branch would read the
         # source twice per batch): rejected records are grouped per Kafka partition
@@ -619,9 +652,13 @@ class SinkJob:
                 for recorder in self._recorders:
                     recorder.count_invalid(target, SINK_STAGE, RejectReason(row.outcome))
                 continue
-            key = StreamKey(str(row.probe_id), str(row.target), int(row.partition))
             if row.kind == "canary":
                 continue
+            if row.kind == "foreign":
+                key = StreamKey("", target, int(row.kafka_partition))
+                findings.append(Anomaly(key, -1, AnomalyKind.FOREIGN))
+                continue
+            key = StreamKey(str(row.probe_id), str(row.target), int(row.partition))
             if row.kind == "fate":
                 outcome = Outcome(row.outcome)
                 latency = None

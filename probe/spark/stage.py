@@ -64,6 +64,7 @@ def sink_settings(config: ProbeConfig, path: str) -> SinkSettings:
         topic=kafka.topic,
         path=path,
         target=config.target,
+        probe_id=config.probe_id,
         freshness_s=sink.freshness,
         loss_timeout_s=max(config.judge.loss_timeout, sink.freshness),
         allowed_lateness_s=sink.allowed_lateness,

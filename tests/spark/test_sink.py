@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -55,6 +56,7 @@ def _settings(broker: EmbeddedBroker, topic: str, path: Path, **extra: object) -
         "topic": topic,
         "path": str(path),
         "target": "kafka",
+        "probe_id": socket.gethostname(),
         "freshness_s": 120.0,
         "loss_timeout_s": 120.0,
         "allowed_lateness_s": 1.0,
@@ -127,20 +129,45 @@ async def test_hostile_records_go_to_quarantine_never_to_the_table(
         # One field changed, the genuine signature kept.
         forged = encode(replace(landed, seq=landed.seq + 500), p.keyring)[:-32] + genuine[-32:]
         hostile = [forged, b"\x00not a canary", encode(landed, generate_key_ring("intruder"))]
+        # Another probe sharing the topic with its own key: foreign, as the consumer says.
+        theirs = encode(replace(landed, probe_id="another-probe"), generate_key_ring("theirs"))
+        # Genuinely signed, but written elsewhere than the partition they name.
+        misrouted = [
+            encode(replace(landed, partition=999, seq=1), p.keyring),
+            encode(replace(landed, partition=(landed.partition + 1) % 3, seq=1), p.keyring),
+        ]
         producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
-        for payload in hostile:
-            producer.produce(topic, payload, partition=0)
+        writes = [(payload, 0) for payload in [*hostile, theirs]]
+        writes += [(payload, (landed.partition + 2) % 3) for payload in misrouted]
+        for payload, partition in writes:
+            producer.produce(topic, payload, partition=partition)
+            # One record per batch: the embedded broker counts batches, not records,
+            # in the log end offset it reports, and the source reads up to that.
             assert producer.flush(10) == 0
+        sink = p.tally.stages[SINK_STAGE]
         await until(
-            lambda: sum(p.tally.stages[SINK_STAGE].invalid.values()) >= 3,
+            lambda: (
+                sum(sink.invalid.values()) >= 3
+                and sink.anomalies["foreign"] >= 1
+                and sink.anomalies["misrouted"] >= 2
+            ),
             within=120,
-            what="three quarantined records",
+            what="three quarantined records, one foreign, two misrouted",
         )
         quarantine = spark.read.parquet(p.settings.table("quarantine")).collect()
         assert sorted(r.reason for r in quarantine) == ["bad_signature", "malformed", "unknown_key"]
+        assert {r.claimed_probe_id for r in quarantine if r.reason == "unknown_key"} == {
+            landed.probe_id
+        }
+        assert sink.invalid["unknown_key"] == 1
         table = spark.read.parquet(p.settings.table("canaries")).collect()
         assert sorted((r.partition, r.seq) for r in table) == [(0, 0), (1, 0), (2, 0)]
         assert p.sink_outcomes() == {Outcome.DELIVERED.value: 3}
+        verdicts = spark.read.parquet(p.settings.table("verdicts")).collect()
+        assert sorted(r.outcome for r in verdicts if r.kind == "anomaly") == [
+            "misrouted",
+            "misrouted",
+        ]
 
 
 def _canary(row: Row) -> Canary:
@@ -242,6 +269,7 @@ def _settings_for_freshness(freshness_s: float) -> SinkSettings:
         topic="t",
         path="/nonexistent",
         target="kafka",
+        probe_id="probe-under-test",
         freshness_s=freshness_s,
         loss_timeout_s=60.0,
     )
