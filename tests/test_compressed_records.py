@@ -9,11 +9,13 @@ onto the real embedded broker, which keeps the batches as they were compressed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
+import aiokafka.codec
 import aiomqtt
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -80,6 +82,14 @@ def _produce_compressed(
     return len(probe.partitions)
 
 
+def _transport_lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "probe.transport.kafka" and text in r.getMessage()
+    ]
+
+
 @pytest.mark.parametrize("codec", CODECS)
 async def test_consumer_stage_judges_compressed_canaries(
     broker: EmbeddedBroker, topic: str, codec: str
@@ -97,6 +107,47 @@ async def test_consumer_stage_judges_compressed_canaries(
     finally:
         consumer.cancel()
         await probe.close()
+    assert tally.stages[CONSUMER_STAGE].outcomes == {"delivered": sent}
+
+
+async def test_records_the_consumer_cannot_decode_make_the_target_unready(
+    broker: EmbeddedBroker,
+    topic: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without the lz4 codec every fetch of an lz4 batch fails: the target is unready
+    naming the codec, logged once however often it fails; once the codec is back the
+    canaries are read, the problem clears (logged once) and the target is ready."""
+    caplog.set_level(logging.INFO, logger="probe.transport.kafka")
+    checks: list[None] = []
+    monkeypatch.setattr(aiokafka.codec, "has_lz4", lambda: checks.append(None) or False)
+    tally = Tally("kafka")
+    keyring = generate_key_ring()
+    probe = TargetProbe(_kafka_config(broker, topic), keyring, [tally])
+    await probe.connect(give_up_after=10)
+    consumer = asyncio.create_task(probe.consume())
+    transport = probe.transport
+    assert transport is not None
+    try:
+        sent = _produce_compressed(probe, keyring, broker, topic, "lz4")
+        await _wait_until(lambda: len(checks) >= 3, 15, "three failed fetches")
+        await probe.refresh()
+        assert probe.readiness() == (
+            False,
+            "fetch failed: UnsupportedCodecError: Libraries for lz4 compression codec not found",
+        )
+        assert len(_transport_lines(caplog, "fetch failed")) == 1
+
+        monkeypatch.undo()  # the codec is installed after all
+        await _wait_until(lambda: transport.read_problem() is None, 15, "the problem to clear")
+        await _wait_until(lambda: probe.judge.pending_count() == 0, 10, "every canary read")
+        await probe.refresh()
+        assert probe.readiness()[0], probe.readiness()
+    finally:
+        consumer.cancel()
+        await probe.close()
+    assert len(_transport_lines(caplog, "fetching again")) == 1
     assert tally.stages[CONSUMER_STAGE].outcomes == {"delivered": sent}
 
 
@@ -203,3 +254,37 @@ async def test_bridge_stage_reads_what_a_compressing_bridge_writes(
             await probe.close()
     assert fates.of(MQTT_STAGE) == {"delivered": 6}
     assert fates.of(BRIDGE_STAGE) == {"delivered": 6}
+
+
+async def test_a_bridge_codec_the_probe_cannot_read_makes_the_target_unready(
+    mosquitto: Mosquitto,
+    broker: EmbeddedBroker,
+    topic_prefix: str,
+    topic: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reported failure: the bridge writes lz4 and the probe lacks the codec. The
+    target says so (the bridge stage's canaries cannot be judged delivered), instead of
+    staying ready while every bridge canary is lost."""
+    monkeypatch.setattr(aiokafka.codec, "has_lz4", lambda: False)
+    fates = FatesByStage()
+    config = _bridge_config(mosquitto, topic_prefix, broker, topic)
+    probe = TargetProbe(config, generate_key_ring(), [fates], kind="mqtt")
+    async with compressing_bridge(mosquitto, topic_prefix, broker, topic, "lz4"):
+        await probe.connect(give_up_after=10)
+        consumer = asyncio.create_task(probe.consume())
+        try:
+            await probe.produce_round()
+            deadline = time.monotonic() + 15
+            while probe.readiness()[0]:
+                assert time.monotonic() < deadline, "the target stayed ready"
+                await asyncio.sleep(0.1)
+                await probe.refresh()
+        finally:
+            consumer.cancel()
+            await probe.close()
+    assert probe.readiness() == (
+        False,
+        "bridge: fetch failed: UnsupportedCodecError: Libraries for lz4 compression codec "
+        "not found",
+    )

@@ -6,14 +6,18 @@ embedded broker, and read by the source's kafka-python consumers on Spark's exec
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import kafka.codec
+import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from confluent_kafka import Producer
+from kafka.errors import UnsupportedCodecError
 from pyspark.sql import DataFrame, SparkSession
 
 from probe.embedded import EmbeddedBroker
-from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource
+from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource, OffsetRange, read_ranges
 
 CODECS = ["gzip", "snappy", "lz4", "zstd"]
 PER_PARTITION = 3
@@ -74,3 +78,28 @@ async def test_every_codec_is_read(
         for partition, codec in enumerate(CODECS)
         for index in range(PER_PARTITION)
     ]
+
+
+async def test_a_batch_without_its_codec_fails_the_read_at_once(
+    broker: EmbeddedBroker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fetching it again would fail the same way: the task fails on the first fetch,
+    naming the codec, the partition and what to install, instead of retrying until
+    its read timeout."""
+    await _produce_one_codec_per_partition(broker, topic)
+    monkeypatch.setattr(kafka.codec, "has_lz4", lambda: False)
+    lz4_partition = CODECS.index("lz4")
+    started = time.monotonic()
+    with pytest.raises(UnsupportedCodecError) as failure:
+        list(
+            read_ranges(
+                {"bootstrap.servers": broker.bootstrap_servers},
+                [OffsetRange(topic, lz4_partition, 0, PER_PARTITION)],
+                timeout=30,
+            )
+        )
+    assert time.monotonic() - started < 10
+    message = str(failure.value)
+    assert f"cannot read {topic}/{lz4_partition}" in message
+    assert "lz4 compression codec not found" in message
+    assert "synthetic-sla-probe[spark]" in message
