@@ -253,6 +253,8 @@ class TargetProbe:
             await self._cover_reader(name, reader, timeout)
             for name, reader in self._readers.items()
         ]
+        # Covered is not read: a fetch that keeps failing (say, a codec) is unready too.
+        problems.insert(0, transport.read_problem() or "")
         problem = "; ".join(p for p in problems if p)
         self._set_ready(not problem, problem or self._describe(partitions))
         return partitions
@@ -268,7 +270,8 @@ class TargetProbe:
             return f"{stage}: {exc or 'timeout'}"
         if not found:
             return f"{stage}: topic {bridge_config(self.config).kafka.topic} not found"
-        return ""
+        problem = reader.read_problem()
+        return f"{stage}: {problem}" if problem else ""
 
     def _describe(self, partitions: Sequence[int]) -> str:
         if self.kind == "mqtt":

@@ -39,7 +39,9 @@ Partitions that appear while the query runs are read from their beginning. A
 partition whose log now ends before the checkpointed offset (topic re-created, or a
 broker that lost its data) is read again from its beginning, and the reset is logged.
 ``Trigger.AvailableNow`` reads what was there when the query started, in batches of at
-most ``maxRecordsPerBatch``, then stops.
+most ``maxRecordsPerBatch``, then stops. Compressed batches (gzip, snappy, lz4, zstd)
+are read with the codec packages of the ``spark`` extra; a batch whose codec is missing
+on an executor fails the query with an error naming the codec.
 """
 
 from __future__ import annotations
@@ -335,6 +337,7 @@ def read_ranges(
     from datetime import UTC, datetime  # noqa: PLC0415
 
     from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
+    from kafka.errors import UnsupportedCodecError  # noqa: PLC0415
 
     wanted = {TopicPartition(r.topic, r.partition): r for r in ranges if r.size > 0}
     if not wanted:
@@ -359,7 +362,15 @@ def read_ranges(
                     f"{tp.topic}/{tp.partition} {position[tp]}..{r.end}" for tp, r in wanted.items()
                 )
                 raise TimeoutError(f"offsets not readable within {timeout:g}s: {missing}")
-            fetched = consumer.poll(timeout_ms=500)
+            try:
+                fetched = consumer.poll(timeout_ms=500)
+            except UnsupportedCodecError as exc:
+                # Fetching again would fail the same way: the task (and so the query)
+                # fails at once, naming the codec and where its package belongs.
+                raise UnsupportedCodecError(
+                    f"cannot read {', '.join(f'{tp.topic}/{tp.partition}' for tp in wanted)}: "
+                    f"{exc}; install synthetic-sla-probe[spark] on the executors"
+                ) from exc
             for tp in list(wanted):
                 offsets = wanted[tp]
                 for record in fetched.get(tp, []):

@@ -54,6 +54,10 @@ class Transport(Protocol):
     def arrivals(self) -> AsyncIterator[Arrival]:
         """Every record read back, as it arrives. Survives broker outages."""
 
+    def read_problem(self) -> str | None:
+        """Why the reader cannot read right now, or None: a fetch that keeps failing
+        (records it cannot decode, say), which a covered reader does not show."""
+
     async def close(self) -> None: ...
 
 

@@ -83,6 +83,8 @@ class KafkaTransport:
 
     # The producer batches a whole round into a request per broker: send it all at once.
     max_in_flight: int | None = None
+    # Why the last fetch failed, until fetches work again: see read_problem().
+    _read_problem: str | None = None
 
     def __init__(self, config: KafkaConfig) -> None:
         if not config.bootstrap_servers:
@@ -194,21 +196,45 @@ class KafkaTransport:
 
     async def arrivals(self) -> AsyncIterator[Arrival]:
         await self._covered.wait()
+        # A failed fetch is retried within the broker's max wait (plus the pause below),
+        # so a problem is over only once fetches have worked for longer than that: a
+        # call that comes back clean before the retry (nothing fetched yet, or records
+        # of another partition) does not clear it, and readiness does not flap.
+        settle_s = self._config.fetch_max_wait + 2.0
+        failed_at = 0.0
         while True:
             try:
                 batch = await self._consumer.getmany(timeout_ms=1000)
             except KafkaError as exc:
-                # The consumer reconnects by itself; pause so a broker that is down
-                # does not turn this loop into a busy one.
-                log.warning("fetch failed: %s", exc)
+                # aiokafka fetches the same records again, so a batch it cannot decode
+                # (UnsupportedCodecError) fails every time: a read problem that makes
+                # the target unready. The consumer reconnects by itself; the pause
+                # keeps a broker that is down from making this loop a busy one.
+                failed_at = time.monotonic()
+                self._note_read_problem(f"fetch failed: {exc}")
                 await asyncio.sleep(1.0)
                 continue
+            if self._read_problem is not None and time.monotonic() - failed_at > settle_s:
+                self._note_read_problem(None)
             at_ns = time.time_ns()
             for tp, records in batch.items():
                 for record in records:
                     # A record without a value is still a record on the canary topic:
                     # it is judged (as malformed), not skipped.
                     yield Arrival(tp.partition, record.value or b"", at_ns)
+
+    def read_problem(self) -> str | None:
+        """Why records cannot be read right now (the last fetch failed), or None."""
+        return self._read_problem
+
+    def _note_read_problem(self, problem: str | None) -> None:
+        # One line when reading starts failing and one when it works again, not one
+        # per fetch.
+        if problem is not None and self._read_problem is None:
+            log.warning("topic %s: %s", self._topic, problem)
+        elif problem is None and self._read_problem is not None:
+            log.info("topic %s: fetching again (was: %s)", self._topic, self._read_problem)
+        self._read_problem = problem
 
     async def close(self) -> None:
         # Closing must not hang on a broker that is gone: the service has 5 s to stop,

@@ -181,6 +181,10 @@ class MqttTransport:
         while True:
             yield await self._arrivals.get()
 
+    def read_problem(self) -> str | None:
+        # A lost subscription is what stops reading here, and cover() reports it.
+        return None
+
     async def close(self) -> None:
         # Same budget as the Kafka transport: at most about a second, broker gone or not.
         for task in self._tasks:
