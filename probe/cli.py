@@ -27,7 +27,8 @@ from probe import config as config_module
 from probe import logs, tracing
 from probe.config import ProbeConfig
 from probe.errors import ConfigError
-from probe.keys import KeyRing, generate_key_ring
+from probe.keyfile import KeyRingSource
+from probe.keys import generate_key_ring
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -149,21 +150,15 @@ def _load(config_file: Path | None, flags: dict[str, Any]) -> ProbeConfig:
     return config_module.load(config_file, overrides)
 
 
-def _keyring(config: ProbeConfig, *, ephemeral_ok: bool) -> KeyRing:
+def _keyring(config: ProbeConfig, *, ephemeral_ok: bool) -> KeyRingSource:
     if config.signing_key_file is None:
         if ephemeral_ok:
-            return generate_key_ring("ephemeral")
+            return KeyRingSource.ephemeral()
         raise ConfigError(
             "signing_key_file",
             "required (create one with `sla-probe keygen`), or pass --allow-ephemeral-key",
         )
-    try:
-        text = config.signing_key_file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            "signing_key_file", f"cannot read {config.signing_key_file}: {exc.strerror}"
-        ) from exc
-    return KeyRing.from_json(text)
+    return KeyRingSource.from_file(config.signing_key_file)
 
 
 def _fail_config(error: ConfigError) -> None:
@@ -196,7 +191,7 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
         return
     logs.configure(config.log_level if config.log_level != "info" else "warning")
     tracing.install_tracer_provider()
-    sys.exit(run_once(config, keyring, as_json=bool(json)))
+    sys.exit(run_once(config, keyring.ring, as_json=bool(json)))
 
 
 @main.command()
@@ -245,7 +240,7 @@ def sink(config_file: Path | None, **flags: Any) -> None:
     logs.configure(config.log_level)
     from probe.spark.standalone import serve_sink  # noqa: PLC0415 - Spark only here
 
-    problem = asyncio.run(serve_sink(config, keyring))
+    problem = asyncio.run(serve_sink(config, keyring.ring))
     if problem is not None:
         click.echo(f"sla-probe: sink stage ended: {problem}", err=True)
         sys.exit(1)

@@ -28,7 +28,7 @@ from probe.judge import (
     OwnProbe,
     StreamKey,
 )
-from probe.keys import KeyRing
+from probe.keys import KeyRing, KeySource
 from probe.transport import Arrival, Transport
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class Stage:
         name: str,
         target: str,
         judge: Judge,
-        keyring: KeyRing,
+        keyring: KeySource,
         *,
         own: OwnProbe,
         recorders: Sequence[Recorder],
@@ -116,7 +116,7 @@ class Stage:
         self._record(self.judge.on_produce_failed(canary, now_ns))
 
     def on_arrival(self, arrival: Arrival) -> None:
-        verdict = classify(arrival.payload, self._keyring, self._own, max_size=self._max_size)
+        verdict = classify(arrival.payload, self._keyring.ring, self._own, max_size=self._max_size)
         if isinstance(verdict, Canary):
             findings = self.judge.on_arrived(verdict, arrival.at_ns)
             self._record(findings)
