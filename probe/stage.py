@@ -51,10 +51,13 @@ def classify(
     """A verified canary, the reason a record is invalid, or None for a foreign record.
 
     A record signed with a key we do not hold that claims another probe id is
-    foreign (another probe with its own key shares the topic), not invalid. A record
-    that claims *our* probe id but does not verify is invalid: corruption or
-    tampering. The claim itself is unauthenticated, so this only decides which
-    counter moves; a foreign record never becomes a delivered canary.
+    foreign (another probe with its own key shares the topic), not invalid; so is one
+    that claims another incarnation of our probe id (an earlier run with an ephemeral
+    key, or with a key since dropped), as the judge calls a valid canary of another
+    incarnation foreign. A record that claims *this* process (probe id and
+    incarnation) with an unknown key, or that fails the signature of a key we hold, is
+    invalid: corruption or tampering. The claims are unauthenticated, so this only
+    decides which counter moves; a foreign record never becomes a delivered canary.
     """
     try:
         return decode(payload, keyring, max_size=max_size)
@@ -62,7 +65,10 @@ def classify(
         if (
             rejected.reason is RejectReason.UNKNOWN_KEY
             and rejected.claimed_probe_id is not None
-            and rejected.claimed_probe_id != own.probe_id
+            and (
+                rejected.claimed_probe_id != own.probe_id
+                or rejected.claimed_incarnation != own.incarnation
+            )
         ):
             return None
         return rejected.reason
