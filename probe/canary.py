@@ -237,7 +237,7 @@ def decode(
         raise CanaryRejected(RejectReason.MALFORMED, _claimed_probe_id(record)) from None
     secret = keyring.secret_for(kid)
     if secret is None:
-        raise CanaryRejected(RejectReason.UNKNOWN_KEY, probe_id)
+        raise CanaryRejected(RejectReason.UNKNOWN_KEY, probe_id, incarnation)
     if not hmac.compare_digest(hmac.digest(secret, signed, "sha256"), record[signed_end:]):
         raise CanaryRejected(RejectReason.BAD_SIGNATURE, probe_id)
     return Canary(probe_id, incarnation, target, partition, seq, produced_ns, trace_context)

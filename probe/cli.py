@@ -5,6 +5,7 @@
     sla-probe once --mqtt-url mqtt://broker:1883     # the MQTT target only
     sla-probe run --config probe.yaml --signing-key-file /keys/ring.json
     sla-probe keygen --output ring.json
+    sla-probe keygen --add ring.json --kid k2       # key rotation: --add, --activate, --drop
 
 Every flag can also be set as ``SLA_PROBE_<FLAG>`` (``--bootstrap-servers`` is
 ``SLA_PROBE_BOOTSTRAP_SERVERS``); flags win over the environment, which wins over
@@ -15,7 +16,6 @@ the ``--config`` YAML file. Exit codes: 0 all canaries delivered, 1 SLO failed,
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +27,13 @@ from probe import config as config_module
 from probe import logs, tracing
 from probe.config import ProbeConfig
 from probe.errors import ConfigError
-from probe.keys import KeyRing, generate_key_ring
+from probe.keyfile import (
+    KeyRingSource,
+    create_key_file,
+    read_key_file,
+    replace_key_file,
+)
+from probe.keys import generate_key_ring, random_kid, random_secret
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -149,21 +155,15 @@ def _load(config_file: Path | None, flags: dict[str, Any]) -> ProbeConfig:
     return config_module.load(config_file, overrides)
 
 
-def _keyring(config: ProbeConfig, *, ephemeral_ok: bool) -> KeyRing:
+def _keyring(config: ProbeConfig, *, ephemeral_ok: bool) -> KeyRingSource:
     if config.signing_key_file is None:
         if ephemeral_ok:
-            return generate_key_ring("ephemeral")
+            return KeyRingSource.ephemeral()
         raise ConfigError(
             "signing_key_file",
             "required (create one with `sla-probe keygen`), or pass --allow-ephemeral-key",
         )
-    try:
-        text = config.signing_key_file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            "signing_key_file", f"cannot read {config.signing_key_file}: {exc.strerror}"
-        ) from exc
-    return KeyRing.from_json(text)
+    return KeyRingSource.from_file(config.signing_key_file)
 
 
 def _fail_config(error: ConfigError) -> None:
@@ -196,7 +196,7 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
         return
     logs.configure(config.log_level if config.log_level != "info" else "warning")
     tracing.install_tracer_provider()
-    sys.exit(run_once(config, keyring, as_json=bool(json)))
+    sys.exit(run_once(config, keyring.ring, as_json=bool(json)))
 
 
 @main.command()
@@ -245,7 +245,7 @@ def sink(config_file: Path | None, **flags: Any) -> None:
     logs.configure(config.log_level)
     from probe.spark.standalone import serve_sink  # noqa: PLC0415 - Spark only here
 
-    problem = asyncio.run(serve_sink(config, keyring))
+    problem = asyncio.run(serve_sink(config, keyring.ring))
     if problem is not None:
         click.echo(f"sla-probe: sink stage ended: {problem}", err=True)
         sys.exit(1)
@@ -260,29 +260,102 @@ def _require_sink_settings(config: ProbeConfig) -> None:
 
 
 @main.command()
-@click.option("--kid", default=None, help="Key id (default: random).")
+@click.option(
+    "--kid",
+    default=None,
+    help="Key id: of the new key (default: random), or of the key to activate or drop.",
+)
 @click.option(
     "--output",
     type=click.Path(path_type=Path),
     default=None,
-    help="Write the key file here (mode 0600) instead of printing it.",
+    help="Write a new key ring here (mode 0600) instead of printing it.",
 )
-def keygen(kid: str | None, output: Path | None) -> None:
-    """Create a signing key ring: {"active": kid, "keys": {kid: base64 secret}}."""
+@click.option("--force", is_flag=True, help="With --output: replace an existing file.")
+@click.option(
+    "--add",
+    "add_to",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Add a new random key to this key file; the active key stays (rotation step 1).",
+)
+@click.option(
+    "--activate",
+    "activate_in",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Make key --kid the active key of this key file (rotation step 2).",
+)
+@click.option(
+    "--drop",
+    "drop_from",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Remove key --kid from this key file (rotation step 3).",
+)
+def keygen(
+    *,
+    kid: str | None,
+    output: Path | None,
+    force: bool,
+    add_to: Path | None,
+    activate_in: Path | None,
+    drop_from: Path | None,
+) -> None:
+    """Create a key ring {"active": kid, "keys": {kid: base64 secret}}, or edit one.
+
+    \b
+    sla-probe keygen --output keys.json              # a new ring (refuses to overwrite)
+    sla-probe keygen --add keys.json --kid k2        # 1. every verifier accepts k2
+    sla-probe keygen --activate keys.json --kid k2   # 2. canaries are signed with k2
+    sla-probe keygen --drop keys.json --kid k1       # 3. k1 is no longer accepted
+
+    Files are written with mode 0600; edits replace the file atomically, so a running
+    `sla-probe run` reloads either the old ring or the new one. Symlinks are never
+    followed. Exit code 2 with one line on any problem.
+    """
+    edits = {"--add": add_to, "--activate": activate_in, "--drop": drop_from}
     try:
-        text = generate_key_ring(kid).to_json() + "\n"
+        _keygen(kid, output, force=force, edits=edits)
     except ConfigError as error:
         _fail_config(error)
+
+
+def _keygen(
+    kid: str | None, output: Path | None, *, force: bool, edits: dict[str, Path | None]
+) -> None:
+    given = [name for name, path in {"--output": output, **edits}.items() if path is not None]
+    if len(given) > 1:
+        raise ConfigError(given[1], f"cannot be combined with {given[0]}")
+    if force and output is None:
+        raise ConfigError("--force", "only applies to --output")
+    if not given or output is not None:
+        ring = generate_key_ring(kid)
+        if output is None:
+            click.echo(ring.to_json(), nl=False)
+            return
+        write = replace_key_file if force else create_key_file
+        write(output, ring, field="--output")
+        click.echo(f"wrote {output}: active {ring.active_kid}", err=True)
         return
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    # Create with 0600 from the first byte: the secret is never readable by others.
-    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        os.fchmod(handle.fileno(), 0o600)
-        handle.write(text)
-    click.echo(f"wrote {output}", err=True)
+    option = given[0]
+    path = edits[option]
+    assert path is not None
+    if option == "--add":
+        kid = kid or random_kid()
+    elif kid is None:
+        raise ConfigError(option, "needs --kid, the key to act on")
+    # The file is replaced by a rename, which would turn a symlink into a file of its
+    # own: the file the link points to is the one to edit.
+    ring = read_key_file(path, follow_symlinks=False)
+    if option == "--add":
+        ring, done = ring.with_key(kid, random_secret()), f"added {kid} to"
+    elif option == "--activate":
+        ring, done = ring.with_active(kid), f"activated {kid} in"
+    else:
+        ring, done = ring.without(kid), f"dropped {kid} from"
+    replace_key_file(path, ring, field=option)
+    click.echo(f"{done} {path}: active {ring.active_kid}, keys {', '.join(ring.kids)}", err=True)
 
 
 if __name__ == "__main__":  # `python -m probe.cli`; spark-submit takes probe/spark/submit.py

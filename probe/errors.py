@@ -44,12 +44,21 @@ class CanaryRejected(ProbeError):
     ``claimed_probe_id`` is the probe id the record claims, when it could be parsed
     at all; it is *not* authenticated. It lets a stage tell a canary signed with
     another probe's key (foreign) from tampering with one of its own.
+    ``claimed_incarnation``, as unauthenticated, is set with ``unknown_key`` (the
+    record parsed; only its key is missing), to tell an earlier run of the same probe
+    id from this one.
     """
 
-    def __init__(self, reason: RejectReason, claimed_probe_id: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: RejectReason,
+        claimed_probe_id: str | None = None,
+        claimed_incarnation: int | None = None,
+    ) -> None:
         super().__init__(reason.value)
         self.reason = reason
         self.claimed_probe_id = claimed_probe_id
+        self.claimed_incarnation = claimed_incarnation
 
 
 class TransportError(ProbeError):

@@ -11,15 +11,17 @@ Key file (a contract; ``sla-probe keygen`` writes one)::
 Key ids are 1..32 printable ASCII characters without whitespace; secrets are at least
 16 bytes (``generate_key_ring`` makes 32 random ones).
 
-Rotating a key without a gap, across probes and stages that share the ring:
+Rotating a key without a gap, across probes and stages that share the ring (one
+``sla-probe keygen`` command each: ``--add``, ``--activate``, ``--drop``; a running
+``sla-probe run`` reloads its key file, see ``probe.keyfile``):
 
 1. Add the new key to ``keys`` everywhere, leaving ``active`` alone. Every verifier
    now accepts both keys; canaries are still signed with the old one.
 2. Once step 1 is deployed everywhere, set ``active`` to the new key. Canaries in
    flight signed with the old key still verify.
 3. After the longest time a canary can stay in flight (the loss timeout, plus any
-   replay you care about), drop the old key. A record signed with it is then
-   rejected as ``unknown_key``.
+   replay you care about), drop the old key. A record of this probe process signed
+   with it is then rejected as ``unknown_key``.
 
 Example::
 
@@ -37,7 +39,7 @@ import binascii
 import json
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from probe.errors import ConfigError
 
@@ -132,6 +134,46 @@ class KeyRing:
         """The secret for ``kid``, or None if this ring does not know that key."""
         return self._secrets.get(kid)
 
+    @property
+    def ring(self) -> KeyRing:
+        """This ring: a ring that never changes is its own :class:`KeySource`."""
+        return self
+
+    # -- rotation: each step returns a new ring (rings are immutable) -----------------
+
+    def with_key(
+        self, kid: str, secret: bytes, *, activate: bool = False, field: str = "signing_key_file"
+    ) -> KeyRing:
+        """This ring plus one key (rotation step 1; also step 2 with ``activate``).
+
+        >>> ring = KeyRing({"k1": b"a" * 16}, active="k1").with_key("k2", b"b" * 16)
+        >>> ring
+        KeyRing(active='k1', kids=('k1', 'k2'))
+        """
+        if kid in self._secrets:
+            raise ConfigError(f"{field}.keys", f"already has key {_shown(kid)}")
+        keys = {**self._secrets, kid: secret}
+        return KeyRing(keys, kid if activate else self._active, field=field)
+
+    def with_active(self, kid: str, *, field: str = "signing_key_file") -> KeyRing:
+        """This ring signing with ``kid``, which it must hold (rotation step 2)."""
+        return KeyRing(self._secrets, kid, field=field)
+
+    def without(self, kid: str, *, field: str = "signing_key_file") -> KeyRing:
+        """This ring without key ``kid`` (rotation step 3). The active key stays."""
+        if kid not in self._secrets:
+            raise ConfigError(
+                f"{field}.keys", f"has no key {_shown(kid)} (keys: {', '.join(self.kids)})"
+            )
+        if kid == self._active:
+            raise ConfigError(
+                f"{field}.active",
+                f"{_shown(kid)} is the active key; make another key active before dropping it",
+            )
+        return KeyRing(
+            {k: s for k, s in self._secrets.items() if k != kid}, self._active, field=field
+        )
+
     @classmethod
     def from_json(cls, text: str, field: str = "signing_key_file") -> KeyRing:
         """Parse a key file. Any problem is a ``ConfigError`` naming the bad entry.
@@ -197,6 +239,18 @@ class KeyRing:
         return hash((self._active, self.kids))
 
 
+class KeySource(Protocol):
+    """Where the probe's current key ring comes from.
+
+    A :class:`KeyRing` is a source that never changes; ``probe.keyfile.KeyRingSource``
+    is one that a key file reloads. Whoever signs or verifies reads ``.ring`` at the
+    moment of use and never keeps it, so a reload reaches every user at once.
+    """
+
+    @property
+    def ring(self) -> KeyRing: ...
+
+
 def _secret_from_base64(text: str, field: str) -> bytes:
     # Only canonical standard base64 (what ``openssl rand -base64`` and ``to_json``
     # write): a lenient decoder would turn a truncated paste into a shorter secret.
@@ -226,12 +280,19 @@ def _reject_duplicate_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
-def generate_key_ring(kid: str | None = None) -> KeyRing:
-    """A fresh one-key ring: 32 random bytes from ``secrets``.
+def random_kid(prefix: str = "k") -> str:
+    """``prefix`` + 8 random hex digits: unique enough that two probes' generated keys
+    do not collide, and free of dates so it leaks nothing."""
+    return prefix + secrets.token_hex(4)
 
-    The default kid is ``k`` + 8 random hex digits: unique enough that two probes'
-    generated keys do not collide, and free of dates so it leaks nothing.
-    """
+
+def random_secret() -> bytes:
+    """A new secret: 32 random bytes from ``secrets``."""
+    return secrets.token_bytes(_GENERATED_SECRET_BYTES)
+
+
+def generate_key_ring(kid: str | None = None) -> KeyRing:
+    """A fresh one-key ring with a random secret; the kid defaults to :func:`random_kid`."""
     if kid is None:
-        kid = "k" + secrets.token_hex(4)
-    return KeyRing({kid: secrets.token_bytes(_GENERATED_SECRET_BYTES)}, active=kid)
+        kid = random_kid()
+    return KeyRing({kid: random_secret()}, active=kid)

@@ -17,7 +17,7 @@ from probe import tracing
 from probe.canary import Canary, encode
 from probe.errors import ProduceFailed
 from probe.judge import OwnProbe
-from probe.keys import KeyRing
+from probe.keys import KeySource
 from probe.metrics import ProbeMetrics
 from probe.stage import Stage
 from probe.transport import Transport
@@ -44,7 +44,7 @@ class CanaryProducer:
         own: OwnProbe,
         target: str,
         transport: Transport,
-        keyring: KeyRing,
+        keyring: KeySource,
         stages: Sequence[Stage],
         metrics: ProbeMetrics | None = None,
         pad_to: int = 0,
@@ -115,7 +115,7 @@ class CanaryProducer:
                 produced_ns=sent_ns,
                 trace_context=trace_context,
             )
-            payload = encode(canary, self._keyring, pad_to=self._pad_to)
+            payload = encode(canary, self._keyring.ring, pad_to=self._pad_to)
             try:
                 await self._transport.send(partition, payload)
             except ProduceFailed as failure:

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from probe.config import ProbeConfig
 from probe.errors import ProbeError
 from probe.http import MetricsServer, build_app
+from probe.keyfile import KeyRingSource
 from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics
 from probe.stage import SINK_STAGE
@@ -66,9 +67,14 @@ def service_metrics(
     return registry, ProbeMetrics(registry, latency_thresholds=thresholds, version=probe_version())
 
 
-async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | None = None) -> None:
-    """Run until ``stop`` is set (or SIGTERM/SIGINT arrives)."""
+async def serve(
+    config: ProbeConfig, keyring: KeyRing | KeyRingSource, stop: asyncio.Event | None = None
+) -> None:
+    """Run until ``stop`` is set (or SIGTERM/SIGINT arrives). SIGHUP reloads the key file."""
     stop = stop_on_signals(stop)
+    keyring = keyring if isinstance(keyring, KeyRingSource) else KeyRingSource(keyring)
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, keyring.reload)
     registry, metrics = service_metrics(config)
     targets = [
         TargetProbe(config, keyring, [metrics], metrics=metrics, kind=kind)
@@ -79,7 +85,9 @@ async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | Non
     if SINK_STAGE in config.stages and "kafka" in config.targets:
         from probe.spark.stage import SparkSinkStage  # noqa: PLC0415 - Spark only when asked
 
-        sink = SparkSinkStage(config, keyring, [metrics], metrics=metrics, registry=registry)
+        # The sink ships the ring to its executors when its query starts: it picks up a
+        # reloaded ring only when it restarts.
+        sink = SparkSinkStage(config, keyring.ring, [metrics], metrics=metrics, registry=registry)
 
     def readiness() -> tuple[bool, str]:
         if sink is not None and (problem := sink.problem()) is not None:
@@ -121,6 +129,7 @@ async def serve(config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | Non
             asyncio.create_task(target.expire_forever(), name=f"expire {target.target}"),
         )
     ]
+    tasks.append(asyncio.create_task(keyring.watch(), name="key file"))
     stopped = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
     if stopped not in done:

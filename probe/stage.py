@@ -29,7 +29,7 @@ from probe.judge import (
     OwnProbe,
     StreamKey,
 )
-from probe.keys import KeyRing
+from probe.keys import KeyRing, KeySource
 from probe.transport import Arrival, Transport
 
 log = logging.getLogger(__name__)
@@ -47,19 +47,28 @@ class Recorder(Protocol):
 
 
 def classify(
-    payload: bytes, keyring: KeyRing, probe_id: str, *, max_size: int
+    payload: bytes,
+    keyring: KeyRing,
+    probe_id: str,
+    incarnation: int | None = None,
+    *,
+    max_size: int,
 ) -> Canary | CanaryRejected | None:
     """A verified canary, why a record is invalid, or None for a foreign record.
 
-    ``probe_id`` is the id of the probe judging. Every stage classifies with this one
-    function, the Spark sink's executors included, so a record means the same thing
+    ``probe_id`` and ``incarnation`` are the judging probe's; the Spark sink, which
+    judges every incarnation, passes no incarnation. Every stage classifies with this
+    one function, the sink's executors included, so a record means the same thing
     wherever it is read.
 
     A record signed with a key we do not hold that claims another probe id is
-    foreign (another probe with its own key shares the topic), not invalid. A record
-    that claims *our* probe id but does not verify is invalid: corruption or
-    tampering. The claim itself is unauthenticated, so this only decides which
-    counter moves; a foreign record never becomes a delivered canary.
+    foreign (another probe with its own key shares the topic), not invalid; so is one
+    that claims another incarnation of our probe id (an earlier run with an ephemeral
+    key, or with a key since dropped), as the judge calls a valid canary of another
+    incarnation foreign. A record that claims *this* process (probe id and
+    incarnation) with an unknown key, or that fails the signature of a key we hold, is
+    invalid: corruption or tampering. The claims are unauthenticated, so this only
+    decides which counter moves; a foreign record never becomes a delivered canary.
     """
     try:
         return decode(payload, keyring, max_size=max_size)
@@ -67,7 +76,10 @@ def classify(
         if (
             rejected.reason is RejectReason.UNKNOWN_KEY
             and rejected.claimed_probe_id is not None
-            and rejected.claimed_probe_id != probe_id
+            and (
+                rejected.claimed_probe_id != probe_id
+                or (incarnation is not None and rejected.claimed_incarnation != incarnation)
+            )
         ):
             return None
         return rejected
@@ -133,7 +145,7 @@ class Stage:
         name: str,
         target: str,
         judge: Judge,
-        keyring: KeyRing,
+        keyring: KeySource,
         *,
         own: OwnProbe,
         recorders: Sequence[Recorder],
@@ -174,7 +186,11 @@ class Stage:
 
     def on_arrival(self, arrival: Arrival) -> None:
         verdict = classify(
-            arrival.payload, self._keyring, self._own.probe_id, max_size=self._max_size
+            arrival.payload,
+            self._keyring.ring,
+            self._own.probe_id,
+            self._own.incarnation,
+            max_size=self._max_size,
         )
         if isinstance(verdict, Canary):
             if self._misrouted(verdict, arrival.partition):

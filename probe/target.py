@@ -33,7 +33,7 @@ from tenacity import (
 from probe.config import ProbeConfig
 from probe.errors import TransportError
 from probe.judge import Judge, JudgePolicy, OwnProbe
-from probe.keys import KeyRing
+from probe.keys import KeySource
 from probe.metrics import ProbeMetrics
 from probe.producer import CanaryProducer, next_tick_ns
 from probe.stage import Recorder, Stage
@@ -83,7 +83,7 @@ class TargetProbe:
     def __init__(
         self,
         config: ProbeConfig,
-        keyring: KeyRing,
+        keyring: KeySource,
         recorders: Sequence[Recorder],
         *,
         kind: str = "kafka",

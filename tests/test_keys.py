@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -235,3 +236,40 @@ def test_generated_ring_takes_a_kid_and_validates_it() -> None:
     with pytest.raises(ConfigError) as error:
         generate_key_ring("has space")
     assert error.value.field == "signing_key_file.keys"
+
+
+def test_rotation_steps_return_new_rings_and_keep_the_others() -> None:
+    ring = KeyRing({"old": OLD}, active="old")
+
+    step1 = ring.with_key("new", NEW)
+    step2 = step1.with_active("new")
+    step3 = step2.without("old")
+
+    assert ring == KeyRing({"old": OLD}, active="old")  # rings stay immutable
+    assert step1 == KeyRing({"old": OLD, "new": NEW}, active="old")
+    assert step2 == KeyRing({"old": OLD, "new": NEW}, active="new")
+    assert step3 == KeyRing({"new": NEW}, active="new")
+    assert ring.with_key("new", NEW, activate=True) == step2
+
+
+@pytest.mark.parametrize(
+    ("step", "field", "message"),
+    [
+        (lambda r: r.with_key("old", NEW), "signing_key_file.keys", "already has key 'old'"),
+        (lambda r: r.with_key("n w", NEW), "signing_key_file.keys", "without whitespace"),
+        (lambda r: r.with_key("new", b"short"), "signing_key_file.keys.new", "16 bytes"),
+        (lambda r: r.with_active("gone"), "signing_key_file.active", "got 'gone'"),
+        (lambda r: r.without("gone"), "signing_key_file.keys", "has no key 'gone'"),
+        (lambda r: r.without("old"), "signing_key_file.active", "'old' is the active key"),
+    ],
+)
+def test_a_rotation_step_that_makes_no_sense_is_a_config_error(
+    step: Callable[[KeyRing], KeyRing], field: str, message: str
+) -> None:
+    ring = KeyRing({"old": OLD, "other": NEW}, active="old")
+
+    with pytest.raises(ConfigError) as error:
+        step(ring)
+
+    assert error.value.field == field
+    assert message in error.value.message
