@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from probe.canary import Canary, encode
 from probe.embedded import EmbeddedBroker
-from probe.errors import RejectReason
+from probe.errors import CanaryRejected, RejectReason
 from probe.judge import OwnProbe
 from probe.keyfile import KeyRingSource
 from probe.keys import generate_key_ring
@@ -35,11 +35,17 @@ def test_ephemeral_rings_have_random_key_ids() -> None:
     assert not first.poll()
 
 
+def _verdict(payload: bytes) -> object:
+    """The canary, the rejection's reason, or None for a foreign record."""
+    verdict = classify(payload, RING, OWN.probe_id, OWN.incarnation, max_size=4096)
+    return verdict.reason if isinstance(verdict, CanaryRejected) else verdict
+
+
 def test_a_canary_of_an_earlier_run_of_this_probe_id_is_foreign() -> None:
     # The same host ran `once` before, with an ephemeral key this run does not hold.
     leftover = encode(_canary(incarnation=1_000), KeyRingSource.ephemeral().ring)
 
-    assert classify(leftover, RING, OWN, max_size=4096) is None
+    assert _verdict(leftover) is None
 
 
 def test_tampering_with_this_runs_canaries_is_still_invalid() -> None:
@@ -47,12 +53,10 @@ def test_tampering_with_this_runs_canaries_is_still_invalid() -> None:
     changed_in_flight = ours[:-40] + bytes([ours[-40] ^ 1]) + ours[-39:]
     resigned_with_another_key = encode(_canary(), generate_key_ring("k-other"))
 
-    assert classify(ours, RING, OWN, max_size=4096) == _canary()
-    assert classify(changed_in_flight, RING, OWN, max_size=4096) is RejectReason.BAD_SIGNATURE
+    assert _verdict(ours) == _canary()
+    assert _verdict(changed_in_flight) is RejectReason.BAD_SIGNATURE
     # Claims this very process (probe id and incarnation) with a key it never had.
-    assert classify(resigned_with_another_key, RING, OWN, max_size=4096) is (
-        RejectReason.UNKNOWN_KEY
-    )
+    assert _verdict(resigned_with_another_key) is (RejectReason.UNKNOWN_KEY)
 
 
 def test_an_earlier_run_with_a_key_we_hold_but_a_wrong_signature_is_invalid() -> None:
@@ -60,7 +64,7 @@ def test_an_earlier_run_with_a_key_we_hold_but_a_wrong_signature_is_invalid() ->
     # failed signature is damage, whoever claims to have written the record.
     forged = encode(_canary(incarnation=1_000), generate_key_ring("k-now"))
 
-    assert classify(forged, RING, OWN, max_size=4096) is RejectReason.BAD_SIGNATURE
+    assert _verdict(forged) is RejectReason.BAD_SIGNATURE
 
 
 def _records_on(broker: EmbeddedBroker, topic: str) -> int:
