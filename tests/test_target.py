@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -134,3 +135,47 @@ async def test_loss_is_detected_at_the_tail(broker: EmbeddedBroker, topic: str) 
     finally:
         await probe.close()
     assert tally.stages[CONSUMER_STAGE].outcomes == {Outcome.LOST.value: 1}
+
+
+async def test_a_broker_that_lost_its_data_is_read_from_the_new_log_at_once(
+    own_broker: EmbeddedBroker, topic: str
+) -> None:
+    """The log grew, the broker restarts empty and the probe re-creates the topic: the
+    reader must not wait at its old positions for the new log to get there."""
+    findings = Findings()
+    probe = TargetProbe(_config(own_broker, topic), generate_key_ring(), [findings])
+    await probe.connect(give_up_after=10)
+    consumer = asyncio.create_task(probe.consume())
+    try:
+        for _ in range(50):
+            await probe.produce_round()
+        await _wait_until(lambda: probe.judge.pending_count() == 0, 20, "the first 150 fates")
+        assert {f.outcome for f in findings.fates} == {Outcome.DELIVERED}
+        assert all(findings.delivered_on(p) == 50 for p in probe.partitions)
+
+        own_broker.stop()
+        own_broker.start()
+        before = len(findings.fates)
+        # The interval of the run this stands for is one second: two rounds a second
+        # apart after the broker is back, and the second one must be delivered.
+        for _ in range(2):
+            started = time.monotonic()
+            await probe.produce_round()
+            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        await _wait_until(
+            lambda: sum(f.outcome is Outcome.DELIVERED for f in findings.fates[before:]) >= 3,
+            within=2,
+            what="delivery within two intervals of the broker's return",
+        )
+        for _ in range(3):
+            await probe.produce_round()
+        # Whatever has not arrived within a few seconds (they take milliseconds) is
+        # declared lost by an expiry past every loss deadline.
+        with contextlib.suppress(AssertionError):
+            await _wait_until(lambda: probe.judge.pending_count() == 0, 5, "every fate")
+        probe.expire(time.time_ns() + 11 * 10**9)
+        after = findings.fates[before:]
+        assert not [f for f in after if f.outcome is Outcome.LOST], after
+    finally:
+        consumer.cancel()
+        await probe.close()

@@ -109,6 +109,10 @@ class KafkaTransport:
         )
         self._options = options
         self._assigned: set[int] = set()
+        # Each partition's log end offset at the last cover(), and whether the topic was
+        # (re)created since: how a log that started over is told (see cover()).
+        self._log_ends: dict[int, int] = {}
+        self._restarted = False
         self._covered = asyncio.Event()
         self._started = False
 
@@ -158,12 +162,54 @@ class KafkaTransport:
         finally:
             await admin.close()
         log.info("created topic %s", self._topic)
+        # A topic this probe (re)created holds nothing the reader has seen: whatever
+        # positions it kept belong to the old log (a broker that lost its storage).
+        self._log_ends.clear()
+        self._restarted = True
         return True
 
     async def cover(self, partitions: Sequence[int]) -> None:
         wanted = set(partitions)
-        if wanted <= self._assigned:
-            return
+        try:
+            if not wanted <= self._assigned:
+                await self._assign(wanted)
+            await self._follow_restarted_logs(wanted)
+        except KafkaError as exc:
+            raise TransportError(f"cannot position the reader: {exc}") from exc
+        self._covered.set()
+
+    async def _follow_restarted_logs(self, partitions: set[int]) -> None:
+        """Read a partition whose log started over from its beginning, at once.
+
+        A log starts over when the topic is re-created (by this probe after the broker
+        lost its storage, or by someone else) or truncated. Apache Kafka then answers
+        the old position with OFFSET_OUT_OF_RANGE and the consumer resets by itself;
+        brokers that do not (the embedded one) would leave the reader waiting at its
+        old position until the new log reached it, every canary meanwhile lost. The
+        sign read here is a log end offset lower than the last one seen. It is not
+        compared with the reader's position: the embedded broker's end offset counts
+        record batches, not records, so a position beyond it is normal there.
+        """
+        tps = [self._tp(p) for p in sorted(partitions)]
+        ends = await self._consumer.end_offsets(tps)
+        restarted = [
+            tp
+            for tp in tps
+            if self._restarted or ends[tp] < self._log_ends.get(tp.partition, ends[tp])
+        ]
+        if restarted:
+            log.info(
+                "topic %s: the log of partitions %s started over; reading them from the start",
+                self._topic,
+                [tp.partition for tp in restarted],
+            )
+            await self._consumer.seek_to_beginning(*restarted)
+            for tp in restarted:
+                await self._consumer.position(tp)
+        self._log_ends = {tp.partition: ends[tp] for tp in tps}
+        self._restarted = False
+
+    async def _assign(self, wanted: set[int]) -> None:
         consumer = self._consumer
         first = not self._assigned
         # assign() forgets positions, so carry the current ones over by hand; the
@@ -184,7 +230,6 @@ class KafkaTransport:
         for partition in wanted:
             await consumer.position(self._tp(partition))
         self._assigned = wanted
-        self._covered.set()
 
     async def send(self, partition: int, payload: bytes) -> None:
         try:
