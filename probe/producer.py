@@ -5,6 +5,14 @@ partition's number advances only when the broker acknowledged the canary, so a
 canary that failed to produce gives its number to the next one, and a gap seen by a
 stage that never hears of acks (the Spark sink) is a canary the broker acknowledged
 and then lost.
+
+Rounds may overlap (the service starts one on every tick, whatever the previous one
+does), so every canary gets its own fate within its own send timeout, counted from
+its round's start. Per partition, canaries still go out one at a time, in round
+order: a canary waits for its predecessor on the partition to settle before it is
+numbered and sent, which keeps the numbers contiguous among acknowledged canaries.
+One still waiting when its timeout runs out is ``produce_failed`` (timeout), as a
+send that got no acknowledgement in time is.
 """
 
 from __future__ import annotations
@@ -35,6 +43,11 @@ def next_tick_ns(now_ns: int, interval_ns: int) -> int:
     return (now_ns // interval_ns + 1) * interval_ns
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class CanaryProducer:
     """Writes rounds of canaries and tells every in-process stage about each ack."""
 
@@ -50,6 +63,7 @@ class CanaryProducer:
         pad_to: int = 0,
         max_in_flight: int | None = None,
         spacing: float = 0.0,
+        send_timeout: float = 10.0,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self._own = own
@@ -63,13 +77,23 @@ class CanaryProducer:
         self._next_seq: dict[int, int] = {}
         self._max_in_flight = max_in_flight
         self._spacing = spacing
+        self._send_timeout = send_timeout
+        # Per partition, settled when its latest canary (and every one before) is.
+        self._settled: dict[int, asyncio.Future[None]] = {}
 
-    async def produce_round(self, partitions: Sequence[int]) -> None:
-        """One canary to each partition, concurrently; returns when all are settled."""
+    async def produce_round(self, partitions: Sequence[int], deadline: float | None = None) -> None:
+        """One canary to each partition, concurrently; returns when all are settled.
+
+        ``deadline`` (event-loop time) is when the round's canaries count as failed if
+        not acknowledged; default: the send timeout from now. A round that started
+        earlier (its metadata refresh took a while) passes its own.
+        """
         if self._metrics is not None:
             self._metrics.rounds.labels(self._target).inc()
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self._send_timeout
         if self._max_in_flight is None and not self._spacing:
-            await asyncio.gather(*(self._produce(partition) for partition in partitions))
+            await asyncio.gather(*(self._produce(p, deadline) for p in partitions))
             return
         # Canaries are stamped when they are created, so whatever queue they wait in
         # inside the probe would be measured as the pipeline's latency. A transport
@@ -89,45 +113,82 @@ class CanaryProducer:
                 if self._spacing and count % burst == 0:
                     await asyncio.sleep(max(0.0, next_burst - loop.time()))
                     next_burst = max(next_burst, loop.time()) + burst * self._spacing
-                sends.append(asyncio.create_task(self._produce_releasing(partition, window)))
+                sends.append(
+                    asyncio.create_task(self._produce_releasing(partition, deadline, window))
+                )
         except asyncio.CancelledError:
             for send in sends:
                 send.cancel()
             raise
         await asyncio.gather(*sends)
 
-    async def _produce_releasing(self, partition: int, window: asyncio.Semaphore) -> None:
+    async def _produce_releasing(
+        self, partition: int, deadline: float, window: asyncio.Semaphore
+    ) -> None:
         try:
-            await self._produce(partition)
+            await self._produce(partition, deadline)
         finally:
             window.release()
 
-    async def _produce(self, partition: int) -> None:
+    async def _produce(self, partition: int, deadline: float) -> None:
+        """One canary to one partition, after the partition's previous one settled."""
+        previous = self._settled.get(partition)
+        settled = asyncio.get_running_loop().create_future()
+        self._settled[partition] = settled
+        try:
+            if previous is not None and not previous.done():
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await asyncio.shield(previous)
+                except TimeoutError:
+                    self._failed(self._canary(partition, None), ProduceFailed("timeout"))
+                    return
+            await self._send(partition, deadline)
+        finally:
+            # Settled only once the predecessor is too: the next canary must never
+            # overtake one still in flight on the same partition.
+            if previous is None or previous.done():
+                settled.set_result(None)
+            else:
+                previous.add_done_callback(lambda _: _settle(settled))
+
+    def _canary(self, partition: int, trace_context: str | None) -> Canary:
+        return Canary(
+            probe_id=self._own.probe_id,
+            incarnation=self._own.incarnation,
+            target=self._target,
+            partition=partition,
+            seq=self._next_seq.get(partition, 0),
+            produced_ns=self._clock_ns(),
+            trace_context=trace_context,
+        )
+
+    async def _send(self, partition: int, deadline: float) -> None:
         seq = self._next_seq.get(partition, 0)
         with tracing.produce_span(self._target, partition, seq) as trace_context:
-            sent_ns = self._clock_ns()
-            canary = Canary(
-                probe_id=self._own.probe_id,
-                incarnation=self._own.incarnation,
-                target=self._target,
-                partition=partition,
-                seq=seq,
-                produced_ns=sent_ns,
-                trace_context=trace_context,
-            )
+            canary = self._canary(partition, trace_context)
             payload = encode(canary, self._keyring.ring, pad_to=self._pad_to)
             try:
-                await self._transport.send(partition, payload)
+                async with asyncio.timeout_at(deadline):
+                    await self._transport.send(partition, payload)
+            except TimeoutError:
+                self._failed(canary, ProduceFailed("timeout"))
+                return
             except ProduceFailed as failure:
-                now_ns = self._clock_ns()
-                if self._metrics is not None:
-                    self._metrics.produce_errors.labels(self._target, failure.reason).inc()
-                for stage in self._stages:
-                    stage.on_produce_failed(canary, now_ns)
+                self._failed(canary, failure)
                 return
         acked_ns = self._clock_ns()
         self._next_seq[partition] = seq + 1
         if self._metrics is not None:
-            self._metrics.produce_latency.labels(self._target).observe((acked_ns - sent_ns) / 1e9)
+            self._metrics.produce_latency.labels(self._target).observe(
+                (acked_ns - canary.produced_ns) / 1e9
+            )
         for stage in self._stages:
             stage.on_acked(canary, acked_ns)
+
+    def _failed(self, canary: Canary, failure: ProduceFailed) -> None:
+        now_ns = self._clock_ns()
+        if self._metrics is not None:
+            self._metrics.produce_errors.labels(self._target, failure.reason).inc()
+        for stage in self._stages:
+            stage.on_produce_failed(canary, now_ns)

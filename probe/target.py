@@ -131,6 +131,7 @@ class TargetProbe:
         self._readers: dict[str, Transport] = {}
         self.producer: CanaryProducer | None = None
         self.partitions: list[int] = []
+        self._refreshing: asyncio.Task[list[int]] | None = None
         self._ready = False
         self._reason = "not connected yet"
 
@@ -196,6 +197,7 @@ class TargetProbe:
             pad_to=self.config.canary.size,
             max_in_flight=transport.max_in_flight,
             spacing=self._spacing(),
+            send_timeout=self._send_timeout(),
             clock_ns=self._clock_ns,
         )
         await self.refresh()
@@ -222,7 +224,7 @@ class TargetProbe:
         """
         assert self.transport is not None, "connect() first"
         kafka = self.config.kafka
-        timeout = self.config.mqtt.send_timeout if self.kind == "mqtt" else kafka.send_timeout
+        timeout = self._send_timeout()
         transport = self.transport
         try:
             async with asyncio.timeout(timeout):
@@ -279,32 +281,65 @@ class TargetProbe:
             return f"mqtt topics {prefix}/0..{len(partitions) - 1}: {len(partitions)} shards"
         return f"topic {self.config.kafka.topic}: {len(partitions)} partitions"
 
+    def _send_timeout(self) -> float:
+        return (
+            self.config.mqtt.send_timeout if self.kind == "mqtt" else self.config.kafka.send_timeout
+        )
+
     async def produce_round(self) -> None:
         """Refresh metadata, then one canary to every partition the consumer covers.
 
         When the refresh fails the last known partitions are used, so an outage shows
-        up as produce failures rather than as silence.
+        up as produce failures rather than as silence. Rounds may overlap: while an
+        earlier round's refresh still waits on the broker, a round takes the last known
+        partitions instead of a second refresh. Every canary of the round is
+        acknowledged or failed within the send timeout from the round's start.
         """
         assert self.producer is not None, "connect() first"
-        partitions = await self.refresh()
-        await self.producer.produce_round(partitions)
+        deadline = asyncio.get_running_loop().time() + self._send_timeout()
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.create_task(self.refresh(), name=f"refresh {self.target}")
+            partitions = await self._refreshing
+        else:
+            partitions = self.partitions
+        await self.producer.produce_round(partitions, deadline)
 
     async def run_rounds(self, interval: float, stop: asyncio.Event) -> None:
-        """Produce on every wall-clock tick of the interval until stop is set.
+        """Start a round on every wall-clock tick of the interval until stop is set.
 
-        A round that overruns its tick skips the ticks it missed rather than
-        bunching canaries up (sequence numbers must not overlap on a partition).
+        Every tick is a round, whatever the previous ones do: a round blocked on an
+        unreachable broker must not swallow the ticks after it, or an outage would be
+        counted in fewer canaries than it lasted. A round ends within two send
+        timeouts (refresh, then sends), so at most ``2 * send_timeout / interval + 1``
+        rounds are ever in flight. On stop, rounds still in flight are cancelled.
         """
         interval_ns = _ns(interval)
-        while not stop.is_set():
-            tick = next_tick_ns(self._clock_ns(), interval_ns)
-            delay = (tick - self._clock_ns()) / 1e9
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=max(0.0, delay))
-                return
-            except TimeoutError:
-                pass
-            await self.produce_round()
+        rounds: set[asyncio.Task[None]] = set()
+        try:
+            while not stop.is_set():
+                tick = next_tick_ns(self._clock_ns(), interval_ns)
+                delay = (tick - self._clock_ns()) / 1e9
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=max(0.0, delay))
+                    return
+                except TimeoutError:
+                    pass
+                round_ = asyncio.create_task(self.produce_round(), name=f"round {self.target}")
+                rounds.add(round_)
+                round_.add_done_callback(self._round_done(rounds))
+        finally:
+            for round_ in rounds:
+                round_.cancel()
+            await asyncio.gather(*rounds, return_exceptions=True)
+
+    def _round_done(self, rounds: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
+        def done(round_: asyncio.Task[None]) -> None:
+            rounds.discard(round_)
+            if not round_.cancelled() and (error := round_.exception()) is not None:
+                # A bug, not an outage (those are counted): say so, keep probing.
+                log.error("target %s: round failed", self.target, exc_info=error)
+
+        return done
 
     async def consume(self) -> None:
         """Every stage judges what its reader brings, until cancelled."""

@@ -67,7 +67,7 @@ def test_run_with_a_wrong_password_is_alive_not_ready_and_retrying(
             *mqtt_run_args(broker.url, topic_prefix, key_file),
             "--mqtt-username",
             "probe",
-            env={"SLA_PROBE_MQTT_PASSWORD": "wrong"},
+            env={"SLA_PROBE_MQTT_PASSWORD": "pw-n0t-r1ght"},
         )
         wait_for(lambda: http_status(probe.port, "/readyz") == 503, timeout=10, what="not ready")
         assert http_status(probe.port, "/healthz") == 200
@@ -83,7 +83,7 @@ def test_run_with_a_wrong_password_is_alive_not_ready_and_retrying(
             f"target mqtt: mqtt broker 127.0.0.1:{broker.port} refused the connection: "
             "Not authorized (check mqtt.username and mqtt.password); retrying in"
         )
-        assert "wrong" not in probe.log.read_text()  # the password never reaches a log
+        assert "pw-n0t-r1ght" not in probe.log.read_text()  # the password never reaches a log
         assert probe.process.poll() is None
         assert probe.stop() < 5.0
         assert probe.process.returncode == 0
@@ -134,7 +134,7 @@ def test_once_fails_with_the_reason_when_mqtt_refuses(tmp_path: Path, topic_pref
     with Mosquitto(tmp_path / "broker", users={"probe": "right"}) as broker:
         result = _once(
             "--config", str(config), "--mqtt-url", broker.url, "--mqtt-username", "probe",
-            env={"SLA_PROBE_MQTT_PASSWORD": "wrong"},
+            env={"SLA_PROBE_MQTT_PASSWORD": "pw-n0t-r1ght"},
         )  # fmt: skip
     assert result.returncode == 1
     assert json.loads(result.stdout)["ok"] is False

@@ -9,12 +9,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from prometheus_client import CollectorRegistry
 
 from probe.config import ProbeConfig, load
 from probe.embedded import EmbeddedBroker
 from probe.errors import RejectReason
 from probe.judge import Fate, Finding, Outcome
 from probe.keys import generate_key_ring
+from probe.metrics import ProbeMetrics
 from probe.report import Tally
 from probe.target import CONSUMER_STAGE, TargetProbe
 
@@ -179,3 +181,48 @@ async def test_a_broker_that_lost_its_data_is_read_from_the_new_log_at_once(
     finally:
         consumer.cancel()
         await probe.close()
+
+
+async def test_every_tick_of_an_outage_is_a_round_and_every_canary_has_a_fate(
+    own_broker: EmbeddedBroker, topic: str
+) -> None:
+    """With the interval shorter than the send timeout, a round blocked on a broker
+    that is gone must not swallow the ticks after it: the SLI would under-weight the
+    outage by as many ticks."""
+    interval, send_timeout, outage = 1.0, 3.0, 8.0
+    tally = Tally("kafka")
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    config = _config(own_broker, topic, **{"kafka.send_timeout": f"{send_timeout}s"})
+    probe = TargetProbe(config, generate_key_ring(), [tally, metrics], metrics=metrics)
+    await probe.connect(give_up_after=10)
+    stop = asyncio.Event()
+    consumer = asyncio.create_task(probe.consume())
+    rounds = asyncio.create_task(probe.run_rounds(interval, stop))
+    tally.declare_stage(CONSUMER_STAGE)
+    outcomes = tally.stages[CONSUMER_STAGE].outcomes
+    try:
+        await _wait_until(lambda: outcomes[Outcome.DELIVERED.value] >= 6, 10, "delivery")
+        own_broker.stop()
+        stopped = time.monotonic()
+        await asyncio.sleep(outage)  # the fault's duration, not a wait for a condition
+        own_broker.start()
+        restarted = time.monotonic()
+        delivered = outcomes[Outcome.DELIVERED.value]
+        await _wait_until(
+            lambda: outcomes[Outcome.DELIVERED.value] >= delivered + 6, 30, "delivery again"
+        )
+    finally:
+        stop.set()
+        await rounds
+        consumer.cancel()
+        await probe.close()
+    probe.expire(time.time_ns() + 11 * 10**9)
+    ticks_in_outage = int((restarted - stopped) / interval)
+    failed = outcomes[Outcome.PRODUCE_FAILED.value] + outcomes[Outcome.LOST.value]
+    assert failed >= 3 * (ticks_in_outage - 1), (failed, ticks_in_outage, dict(outcomes))
+    # One canary per partition per round, and each one has exactly one fate (but those
+    # of a round the stop may have cancelled in flight).
+    started = registry.get_sample_value("synthetic_sla_rounds_total", {"target": "kafka"})
+    assert started is not None
+    assert 3 * (started - 1) <= sum(outcomes.values()) <= 3 * started, (dict(outcomes), started)
