@@ -9,7 +9,8 @@
 Every flag can also be set as ``SLA_PROBE_<FLAG>`` (``--bootstrap-servers`` is
 ``SLA_PROBE_BOOTSTRAP_SERVERS``); flags win over the environment, which wins over
 the ``--config`` YAML file. Exit codes: 0 all canaries delivered, 1 SLO failed,
-2 usage or configuration error (one line on stderr naming the field).
+2 usage or configuration error (one line on stderr naming the field, e.g.
+``sla-probe: config error: kafka.bootstrap_servers: is empty; ...``).
 """
 
 from __future__ import annotations
@@ -41,9 +42,25 @@ def _env(flag: str) -> str:
 class ConfigOption(click.Option):
     """A flag that overrides one config field (``config_path``, e.g. ``kafka.topic``)."""
 
-    def __init__(self, *args: Any, config_path: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        config_path: str | None = None,
+        empty_env_is_value: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.config_path = config_path
+        self.empty_env_is_value = empty_env_is_value
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        # Click reads a set but empty variable as unset; for some settings an empty
+        # value is an error to report, not a reason to fall back to a default.
+        if self.empty_env_is_value and isinstance(self.envvar, str):
+            value = os.environ.get(self.envvar)
+            if value is not None:
+                return value
+        return super().resolve_envvar_value(ctx)
 
 
 def _option(flag: str, path: str | None, help_text: str, **kwargs: Any) -> Callable[[F], F]:
@@ -75,7 +92,14 @@ def _common(interval_path: str) -> Callable[[F], F]:
                 type=click.Path(path_type=Path),
                 help="YAML configuration file.",
             ),
-            _option("bootstrap-servers", "kafka.bootstrap_servers", "Kafka bootstrap servers."),
+            _option(
+                "bootstrap-servers",
+                "kafka.bootstrap_servers",
+                "Kafka brokers, host:port[,host:port...]. Blank is an error, not 'none'.",
+                # An empty variable is a deploy pipeline's unset one: it must fail, not
+                # make `once` probe the embedded broker and pass.
+                empty_env_is_value=True,
+            ),
             _option("topic", "kafka.topic", "Canary topic (default synthetic-sla)."),
             _option(
                 "stages", "stages", "Kafka stages: consumer, and sink (Spark), e.g. consumer,sink."

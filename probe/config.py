@@ -12,6 +12,7 @@ are held as float seconds.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import socket
 from pathlib import Path
@@ -93,11 +94,72 @@ class SaslConfig(_Section):
     password: SecretStr
 
 
+# A host name or an IPv4 address; an IPv6 address goes in brackets: [::1]:9092.
+_BROKER_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
+_BRACKETED_IPV6 = re.compile(r"\[([^\]]*)\](?::(.*))?")
+
+
+def _broker_list(servers: str | None) -> str | None:
+    """``" a:9092, b:9092 "`` -> ``"a:9092,b:9092"``. Raises ValueError saying what is wrong.
+
+    Only a missing setting (None) may mean "no broker given": a blank value is
+    what an unset variable in a deploy pipeline looks like, and must not fall back
+    to the embedded broker and pass.
+    """
+    if servers is None:
+        return None
+    entries = [entry.strip() for entry in servers.split(",")]
+    if not any(entries):
+        raise ValueError(f"is empty; {_BROKER_LIST_FORM}")
+    for entry in entries:
+        if not entry:
+            raise ValueError(f"has an empty entry: {servers!r}; {_BROKER_LIST_FORM}")
+        problem = _broker_problem(entry)
+        if problem is not None:
+            raise ValueError(f"{entry!r}: {problem}; {_BROKER_LIST_FORM}")
+    return ",".join(entries)
+
+
+_BROKER_LIST_FORM = "use host:port[,host:port...]"
+
+
+def _broker_problem(entry: str) -> str | None:
+    bracketed = _BRACKETED_IPV6.fullmatch(entry)
+    if bracketed is not None:
+        host, port = bracketed.group(1), bracketed.group(2)
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return f"{host!r} is not an IPv6 address"
+    elif entry.startswith("["):
+        return "only :port may follow an IPv6 address in brackets"
+    else:
+        host, colon, rest = entry.partition(":")
+        port = rest if colon else None
+        if ":" in rest:
+            return "an IPv6 address goes in brackets, e.g. [::1]:9092"
+        if not host:
+            return "no host before ':'"
+        if not _BROKER_HOST.fullmatch(host):
+            return f"{host!r} is not a host name or address"
+    # No port: the clients' default, 9092.
+    if port is None:
+        return None
+    if not port:
+        return "no port after ':'"
+    if not (port.isascii() and port.isdigit()):
+        return f"port {port!r} is not a number"
+    if not 1 <= int(port) <= 65535:
+        return f"port {port} is outside 1..65535"
+    return None
+
+
 class KafkaConfig(_Section):
     """Where canaries go and how they are read back."""
 
-    # None means: `once` starts the embedded broker; `run` refuses to start.
-    bootstrap_servers: str | None = None
+    # None means: `once` starts the embedded broker; `run` refuses to start. A blank
+    # or malformed list is an error, never "none given".
+    bootstrap_servers: Annotated[str | None, AfterValidator(_broker_list)] = None
     topic: str = Field(default="synthetic-sla", min_length=1, max_length=249)
     client_id: str = "synthetic-sla-probe"
     # Off by default: brokers without InitProducerId (the embedded one) refuse it.

@@ -107,3 +107,60 @@ def test_keygen_writes_a_private_key_file(tmp_path: Path) -> None:
 def test_shipped_scenarios_are_valid(scenario: Path) -> None:
     config = load(scenario)
     assert config.kafka.bootstrap_servers
+
+
+# --- Broker list: only an absent setting means "none given" ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("servers", "normalized"),
+    [
+        ("kafka-0:9092", "kafka-0:9092"),
+        (" kafka-0:9092 , kafka-1:9093 ", "kafka-0:9092,kafka-1:9093"),
+        ("kafka", "kafka"),  # no port: the clients' default, 9092
+        ("10.0.0.7:9092,[::1]:9093,[fe80::1]", "10.0.0.7:9092,[::1]:9093,[fe80::1]"),
+    ],
+)
+def test_broker_lists(servers: str, normalized: str) -> None:
+    assert load(overrides={"kafka.bootstrap_servers": servers}).kafka.bootstrap_servers == (
+        normalized
+    )
+
+
+@pytest.mark.parametrize(
+    ("servers", "words"),
+    [
+        ("", "is empty"),
+        ("   ", "is empty"),
+        (" , ", "is empty"),
+        ("host:notaport", "port 'notaport' is not a number"),
+        ("host:", "no port after ':'"),
+        (":9092", "no host"),
+        ("host:0", "outside 1..65535"),
+        ("host:65536", "outside 1..65535"),
+        ("host:-1", "not a number"),
+        ("a:9092,,b:9092", "empty entry"),
+        ("a:9092,", "empty entry"),
+        ("a b:9092", "not a host name"),
+        ("::1:9092", "IPv6 address goes in brackets"),
+        ("[not-v6]:9092", "not an IPv6 address"),
+        ("[::1]9092", "only :port may follow"),
+    ],
+)
+def test_blank_or_malformed_broker_lists_name_the_field(servers: str, words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(overrides={"kafka.bootstrap_servers": servers})
+    assert caught.value.field == "kafka.bootstrap_servers"
+    assert words in caught.value.message
+    assert "\n" not in str(caught.value)
+
+
+def test_an_empty_broker_list_in_the_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "probe.yaml"
+    path.write_text('kafka:\n  bootstrap_servers: ""\n')
+    with pytest.raises(ConfigError, match=r"^kafka\.bootstrap_servers: is empty"):
+        load(path)
+    # Absent or null: no broker given (`once` then starts the embedded one).
+    path.write_text("kafka:\n  bootstrap_servers: null\n")
+    assert load(path).kafka.bootstrap_servers is None
+    assert load().kafka.bootstrap_servers is None

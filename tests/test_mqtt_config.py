@@ -45,6 +45,8 @@ def test_mqtt_urls(url: str, parsed: tuple[str, str, int]) -> None:
         ({"targets": "mqtt"}, "targets", "mqtt.url"),
         ({**BRIDGE, "kafka.bootstrap_servers": None}, "kafka.bootstrap_servers", "bridge"),
         ({**URL, "targets": "kafka,mqtt", "mqtt.target": "kafka"}, "mqtt.target", "differ"),
+        # A blank broker list is an error, not "no bridge Kafka given".
+        ({**BRIDGE, "kafka.bootstrap_servers": " "}, "kafka.bootstrap_servers", "is empty"),
     ],
 )
 def test_errors_name_the_field(overrides: dict[str, object], field: str, words: str) -> None:

@@ -1,0 +1,73 @@
+"""The `sla-probe` console script on bad input: exit 2, one line naming the setting.
+
+Each test drives the real console script in a subprocess, as a user or a deploy
+pipeline would, and bounds it with a deadline: before these rules, some of these
+inputs hung (`--interval inf`) or passed on the embedded broker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SLA_PROBE
+
+# A config error is found before any broker is contacted: well within this.
+DEADLINE = 60
+
+NO_BROKER = ["--bootstrap-servers", "127.0.0.1:1"]
+
+
+def sla_probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # The caller's SLA_PROBE_* variables must not leak into what is tested here.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SLA_PROBE_")}
+    return subprocess.run(
+        [SLA_PROBE, *args],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+
+
+def assert_config_error(result: subprocess.CompletedProcess[str], field: str) -> str:
+    """Exit 2, exactly one line on stderr, naming ``field``; returns that line."""
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"sla-probe: config error: {field}: "), lines[0]
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+# --- A blank or malformed broker list never falls back to the embedded broker ----------
+
+
+@pytest.mark.parametrize("servers", ["", "  ", "host:notaport", "a:9092,,b:9092"])
+def test_once_refuses_a_blank_or_malformed_broker_flag(servers: str) -> None:
+    assert_config_error(
+        sla_probe("once", "--bootstrap-servers", servers), "kafka.bootstrap_servers"
+    )
+
+
+def test_once_refuses_an_empty_broker_variable() -> None:
+    result = sla_probe("once", env={"SLA_PROBE_BOOTSTRAP_SERVERS": ""})
+    assert_config_error(result, "kafka.bootstrap_servers")
+
+
+def test_once_refuses_an_empty_broker_list_in_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "probe.yaml"
+    config.write_text('kafka:\n  bootstrap_servers: ""\n')
+    result = sla_probe("once", "--config", str(config))
+    assert_config_error(result, "kafka.bootstrap_servers")
+
+
+def test_run_and_sink_refuse_a_blank_broker_list(tmp_path: Path) -> None:
+    result = sla_probe("run", "--allow-ephemeral-key", env={"SLA_PROBE_BOOTSTRAP_SERVERS": " "})
+    assert_config_error(result, "kafka.bootstrap_servers")
+    result = sla_probe("sink", "--bootstrap-servers", "", "--sink-path", str(tmp_path))
+    assert_config_error(result, "kafka.bootstrap_servers")
