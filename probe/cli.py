@@ -40,7 +40,12 @@ def _env(flag: str) -> str:
 
 
 class ConfigOption(click.Option):
-    """A flag that overrides one config field (``config_path``, e.g. ``kafka.topic``)."""
+    """A flag that overrides one config field (``config_path``, e.g. ``kafka.topic``).
+
+    Values go to the config model as text, unconverted: its validation is the one
+    place that turns them into types, so a bad value gets the same one-line error
+    naming the field whether it came from a flag, the environment or the file.
+    """
 
     def __init__(
         self,
@@ -81,7 +86,7 @@ def _option(flag: str, path: str | None, help_text: str, **kwargs: Any) -> Calla
     )
 
 
-def _common(interval_path: str) -> Callable[[F], F]:
+def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
     def decorate(command: F) -> F:
         options = [
             click.option(
@@ -105,12 +110,16 @@ def _common(interval_path: str) -> Callable[[F], F]:
                 "stages", "stages", "Kafka stages: consumer, and sink (Spark), e.g. consumer,sink."
             ),
             _option("sink-path", "sink.path", "Sink tables and checkpoint (Spark sink stage)."),
-            _option("interval", interval_path, "Time between rounds, e.g. 20s."),
+            _option("interval", interval_path, interval_help),
             _option("probe-id", "probe_id", "This probe instance's id (default: host name)."),
             _option("target", "target", "Name of the probed pipeline (the `target` label)."),
             _option("signing-key-file", "signing_key_file", "Key ring file (sla-probe keygen)."),
-            _option("fetch-max-wait", "kafka.fetch_max_wait", "Consumer fetch max wait."),
-            _option("send-timeout", "kafka.send_timeout", "Produce acknowledgement timeout."),
+            _option(
+                "fetch-max-wait", "kafka.fetch_max_wait", "Consumer fetch max wait (1ms..10s)."
+            ),
+            _option(
+                "send-timeout", "kafka.send_timeout", "Produce acknowledgement timeout (100ms..5m)."
+            ),
             _option(
                 "create-topic",
                 "kafka.create_topic",
@@ -134,8 +143,10 @@ def _common(interval_path: str) -> Callable[[F], F]:
             _option("mqtt-url", "mqtt.url", "MQTT broker, mqtt://host:1883 or mqtts://host:8883."),
             _option("mqtt-target", "mqtt.target", "The MQTT target's `target` label (mqtt)."),
             _option("mqtt-topic-prefix", "mqtt.topic_prefix", "Shard topics <prefix>/<shard>."),
-            _option("mqtt-shards", "mqtt.shards", "Number of MQTT shards (default 3).", type=int),
-            _option("mqtt-qos", "mqtt.qos", "MQTT QoS: 0, 1 or 2 (default 1).", type=int),
+            _option(
+                "mqtt-shards", "mqtt.shards", "Number of MQTT shards (default 3).", metavar="N"
+            ),
+            _option("mqtt-qos", "mqtt.qos", "MQTT QoS: 0, 1 or 2 (default 1).", metavar="N"),
             _option("mqtt-username", "mqtt.username", "MQTT user name."),
             _option(
                 "mqtt-password",
@@ -201,8 +212,8 @@ def main() -> None:
 
 
 @main.command()
-@_common("once.interval")
-@_option("rounds", "once.rounds", "Rounds to produce (default 3).", type=int)
+@_common("once.interval", "Time between rounds, 100ms..5m (default 1s).")
+@_option("rounds", "once.rounds", "Rounds to produce (default 3).", metavar="N")
 @_option("json", None, "Print the report as JSON.", is_flag=True, flag_value=True)
 def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
     """Run a few rounds, wait for every canary's fate, report, exit 0 (ok) or 1.
@@ -224,8 +235,8 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
 
 
 @main.command()
-@_common("interval")
-@_option("metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", type=int)
+@_common("interval", "Time between rounds, 1s..1h (default 20s).")
+@_option("metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", metavar="PORT")
 @_option(
     "allow-ephemeral-key",
     "allow_ephemeral_key",
@@ -255,8 +266,8 @@ def run(config_file: Path | None, **flags: Any) -> None:
 
 
 @main.command()
-@_common("interval")
-@_option("metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", type=int)
+@_common("interval", "Time between rounds, 1s..1h (default 20s).")
+@_option("metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", metavar="PORT")
 def sink(config_file: Path | None, **flags: Any) -> None:
     """Run only the Spark sink stage and serve its metrics (e.g. under spark-submit)."""
     try:

@@ -7,12 +7,15 @@ the last two into dotted overrides (``{"kafka.send_timeout": "5s"}``) and calls
 field is the path in the YAML file, e.g. ``kafka.send_timeout: not a duration``.
 
 Durations are written ``500ms``, ``20s``, ``1m30s``, ``2h`` or as plain seconds, and
-are held as float seconds.
+are held as float seconds. Each duration setting has documented bounds (README,
+"Limits"): a value outside them is almost certainly a typo (``--interval 1e9``) and
+would make the probe hang or flood its target instead of measuring anything.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import socket
 from pathlib import Path
@@ -41,6 +44,15 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 def parse_duration(value: object) -> float:
     """``"1m30s"`` -> 90.0. Numbers are seconds. Raises ValueError with a short reason."""
+    seconds = _seconds(value)
+    # NaN compares false with every bound and infinity never elapses: both would slip
+    # past a range check or hang a timer, so no duration may be either.
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite duration: {value!r}")
+    return seconds
+
+
+def _seconds(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("not a duration")
     if isinstance(value, int | float):
@@ -58,6 +70,16 @@ def parse_duration(value: object) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
 
 
+def format_duration(seconds: float) -> str:
+    """90.0 -> ``"90s"``, 3600.0 -> ``"1h"``, 0.1 -> ``"100ms"``: as a user would write it."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    for unit in ("h", "m"):
+        if (seconds / _UNIT_SECONDS[unit]).is_integer():
+            return f"{seconds / _UNIT_SECONDS[unit]:g}{unit}"
+    return f"{seconds:g}s"
+
+
 def _positive(seconds: float) -> float:
     if seconds <= 0:
         raise ValueError("must be > 0")
@@ -65,6 +87,25 @@ def _positive(seconds: float) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_positive)]
+
+
+def _between(low: float, high: float) -> AfterValidator:
+    """A duration's bounds, inclusive: ``interval: Annotated[Duration, _between(1, HOUR)]``."""
+
+    def check(seconds: float) -> float:
+        if not low <= seconds <= high:
+            raise ValueError(
+                f"must be between {format_duration(low)} and {format_duration(high)}, "
+                f"got {format_duration(seconds)}"
+            )
+        return seconds
+
+    return AfterValidator(check)
+
+
+MINUTE = 60.0
+HOUR = 3600.0
+DAY = 24 * HOUR
 
 
 class _Section(BaseModel):
@@ -164,11 +205,12 @@ class KafkaConfig(_Section):
     client_id: str = "synthetic-sla-probe"
     # Off by default: brokers without InitProducerId (the embedded one) refuse it.
     idempotence: bool = False
-    send_timeout: Duration = 10.0
+    send_timeout: Annotated[Duration, _between(0.1, 5 * MINUTE)] = 10.0
     # The consumer's fetch max wait bounds measured latency on brokers that answer a
     # fetch only when it runs out (the embedded one); Apache Kafka answers as soon as
     # data arrives, so a short wait costs it only a few empty fetches per second.
-    fetch_max_wait: Duration = 0.1
+    # At most 10 s: on such a broker every canary would wait that long to be read.
+    fetch_max_wait: Annotated[Duration, _between(0.001, 10.0)] = 0.1
     create_topic: bool = False
     partitions: int | None = Field(default=None, ge=1)
     replication_factor: int | None = Field(default=None, ge=1)
@@ -234,14 +276,15 @@ class MqttConfig(_Section):
     # Keep the subscriber's session (and the QoS 1/2 canaries queued for it) across
     # disconnects, for session_expiry (MQTT 5; MQTT 3.1.1 brokers keep it their way).
     persistent_session: bool = False
-    session_expiry: Duration = 300.0
-    keepalive: Duration = 30.0
+    session_expiry: Annotated[Duration, _between(1.0, 7 * DAY)] = 300.0
+    # MQTT carries the keepalive as 16-bit seconds.
+    keepalive: Annotated[Duration, _between(1.0, 65535.0)] = 30.0
     # No acknowledgement (PUBACK at QoS 1, PUBCOMP at 2) by then: produce_failed.
-    send_timeout: Duration = 10.0
+    send_timeout: Annotated[Duration, _between(0.1, 5 * MINUTE)] = 10.0
     # Canaries per second at most; a round of many shards is spread out so the probe
     # never saturates itself (its arrivals would wait behind its own sends and be
     # measured late). 1,000 shards at 500/s: 2 s per round. 0: no limit.
-    max_send_rate: float = Field(default=500.0, ge=0)
+    max_send_rate: float = Field(default=500.0, ge=0, allow_inf_nan=False)
     bridge: MqttBridgeConfig | None = None
     # Which stages judge the canaries; default mqtt, plus bridge when a bridge is set.
     stages: tuple[MqttStage, ...] = Field(default=None, validate_default=True)
@@ -316,15 +359,15 @@ def parse_mqtt_url(url: str) -> tuple[str, str, int]:
 class JudgeConfig(_Section):
     """When a canary counts as delivered, late or lost."""
 
-    freshness: Duration = 5.0
-    loss_timeout: Annotated[Duration, Field(validate_default=True)] = 60.0
+    freshness: Annotated[Duration, _between(0.01, HOUR)] = 5.0
+    loss_timeout: Annotated[Duration, _between(1.0, DAY), Field(validate_default=True)] = 60.0
 
     @field_validator("loss_timeout")
     @classmethod
     def _loss_after_freshness(cls, loss_timeout: float, info: ValidationInfo) -> float:
         freshness = info.data.get("freshness")
         if freshness is not None and loss_timeout < freshness:
-            raise ValueError(f"must be >= judge.freshness ({freshness:g}s)")
+            raise ValueError(f"must be >= judge.freshness ({format_duration(freshness)})")
         return loss_timeout
 
 
@@ -339,15 +382,16 @@ class MetricsConfig(_Section):
     host: str = "0.0.0.0"
     port: int = Field(default=9464, ge=0, le=65535)
     # The latency SLO threshold: a histogram bucket boundary sits exactly on it.
-    latency_threshold: Duration = 0.5
+    latency_threshold: Annotated[Duration, _between(0.001, HOUR)] = 0.5
 
 
 class OnceConfig(_Section):
     """The smoke test: a few quick rounds, then wait for every canary's fate."""
 
     rounds: int = Field(default=3, ge=1, le=1000)
-    interval: Duration = 1.0
-    loss_timeout: Duration = 10.0
+    # A smoke test may go faster than `run` (100 ms), and must end in minutes.
+    interval: Annotated[Duration, _between(0.1, 5 * MINUTE)] = 1.0
+    loss_timeout: Annotated[Duration, _between(1.0, HOUR)] = 10.0
 
 
 KafkaStage = Literal["consumer", "sink"]
@@ -362,18 +406,18 @@ class SinkConfig(_Section):
     # under it; any Hadoop-compatible URI. `once` uses a fresh temporary one if unset.
     path: str | None = None
     checkpoint: str | None = None
-    trigger: Duration = 2.0
+    trigger: Annotated[Duration, _between(0.1, HOUR)] = 2.0
     # The sink's own freshness deadline: a stream processor adds its trigger interval
     # and batch time to the broker's latency, so it gets a looser bound than judge.freshness.
-    freshness: Duration = 30.0
+    freshness: Annotated[Duration, _between(0.01, DAY)] = 30.0
     # The sink's latency SLO threshold (produce to sink commit): a histogram bucket sits
     # on it, and the rules read the sink's latency SLI there instead of at
     # metrics.latency_threshold, which a micro-batch stage cannot meet: a canary waits
     # up to one trigger for its batch, then the batch's run time. About two triggers
     # plus a batch by default.
-    latency_threshold: Duration = 5.0
+    latency_threshold: Annotated[Duration, _between(0.001, HOUR)] = 5.0
     # The event-time watermark trails the newest canary by this much.
-    allowed_lateness: Duration = 60.0
+    allowed_lateness: Annotated[Duration, _between(1.0, DAY)] = 60.0
     max_records_per_batch: int | None = Field(default=10_000, ge=1)
     starting_offsets: Literal["latest", "earliest"] = "latest"
 
@@ -382,7 +426,8 @@ class ProbeConfig(_Section):
     probe_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
     # The `target` label of every series: which pipeline this probe watches.
     target: str = Field(default="kafka", min_length=1, max_length=255)
-    interval: Duration = 20.0
+    # At least 1 s: faster rounds flood the target and measure the probe itself.
+    interval: Annotated[Duration, _between(1.0, HOUR)] = 20.0
     signing_key_file: Path | None = None
     allow_ephemeral_key: bool = False
     log_level: Literal["debug", "info", "warning", "error"] = "info"

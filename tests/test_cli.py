@@ -71,3 +71,27 @@ def test_run_and_sink_refuse_a_blank_broker_list(tmp_path: Path) -> None:
     assert_config_error(result, "kafka.bootstrap_servers")
     result = sla_probe("sink", "--bootstrap-servers", "", "--sink-path", str(tmp_path))
     assert_config_error(result, "kafka.bootstrap_servers")
+
+
+# --- Durations and numbers: bounded, finite, one line -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "field"),
+    [
+        ("once", ["--interval", "nan"], "once.interval"),
+        ("once", ["--interval", "inf"], "once.interval"),
+        ("once", ["--interval", "1e9"], "once.interval"),
+        ("once", ["--interval", "0.001"], "once.interval"),
+        ("once", ["--fetch-max-wait", "1h"], "kafka.fetch_max_wait"),
+        ("once", ["--send-timeout", "inf"], "kafka.send_timeout"),
+        ("once", ["--rounds", "many"], "once.rounds"),
+        ("run", ["--interval", "0.001"], "interval"),
+        ("run", ["--interval", "inf"], "interval"),
+        ("run", ["--metrics-port", "http"], "metrics.port"),
+        ("run", ["--metrics-port", "70000"], "metrics.port"),
+    ],
+)
+def test_bad_values_exit_two_with_one_line(command: str, args: list[str], field: str) -> None:
+    extra = ["--allow-ephemeral-key"] if command == "run" else []
+    assert_config_error(sla_probe(command, *NO_BROKER, *extra, *args), field)

@@ -7,8 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
-from probe.config import load, parse_duration
+from probe.config import ProbeConfig, load, parse_duration
 from probe.errors import ConfigError
 from probe.keys import KeyRing
 from tests.conftest import SLA_PROBE
@@ -164,3 +165,77 @@ def test_an_empty_broker_list_in_the_file_is_an_error(tmp_path: Path) -> None:
     path.write_text("kafka:\n  bootstrap_servers: null\n")
     assert load(path).kafka.bootstrap_servers is None
     assert load().kafka.bootstrap_servers is None
+
+
+# --- Durations: finite, within documented bounds ---------------------------------------
+
+
+@pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-inf", "infinity", "1" + "0" * 400 + "s"])
+def test_durations_are_finite(text: str) -> None:
+    with pytest.raises(ValueError, match="not a finite duration"):
+        parse_duration(text)
+    with pytest.raises(ValueError, match="not a finite duration"):
+        parse_duration(float(text.removesuffix("s")))
+
+
+# Every duration setting: (field, min, max, default). The README's "Limits" table must
+# say the same: it is checked below.
+DURATION_BOUNDS = [
+    ("interval", "1s", "1h", "20s"),
+    ("once.interval", "100ms", "5m", "1s"),
+    ("once.loss_timeout", "1s", "1h", "10s"),
+    ("kafka.send_timeout", "100ms", "5m", "10s"),
+    ("kafka.fetch_max_wait", "1ms", "10s", "100ms"),
+    ("judge.freshness", "10ms", "1h", "5s"),
+    ("judge.loss_timeout", "1s", "24h", "60s"),
+    ("metrics.latency_threshold", "1ms", "1h", "500ms"),
+    ("mqtt.send_timeout", "100ms", "5m", "10s"),
+    ("mqtt.keepalive", "1s", "65535s", "30s"),
+    ("mqtt.session_expiry", "1s", "168h", "5m"),
+    ("sink.trigger", "100ms", "1h", "2s"),
+    ("sink.freshness", "10ms", "24h", "30s"),
+    ("sink.latency_threshold", "1ms", "1h", "5s"),
+    ("sink.allowed_lateness", "1s", "24h", "60s"),
+]
+
+
+def _value(config: object, dotted: str) -> object:
+    for name in dotted.split("."):
+        config = getattr(config, name)
+    return config
+
+
+@pytest.mark.parametrize(("field", "low", "high", "default"), DURATION_BOUNDS)
+def test_duration_bounds(field: str, low: str, high: str, default: str) -> None:
+    # judge.loss_timeout must stay >= judge.freshness, whichever of the two is tried.
+    others = {
+        "judge.loss_timeout": {"judge.freshness": "10ms"},
+        "judge.freshness": {"judge.loss_timeout": "24h"},
+    }
+    base: dict[str, object] = {**others.get(field, {})}
+    assert _value(load(overrides=base), field) == parse_duration(default)
+    for inside in (low, high):
+        assert _value(load(overrides={**base, field: inside}), field) == parse_duration(inside)
+    for outside in (parse_duration(low) * 0.99, parse_duration(high) * 1.01):
+        with pytest.raises(ConfigError) as caught:
+            load(overrides={**base, field: outside})
+        assert caught.value.field == field
+        assert f"must be between {low} and {high}" in caught.value.message
+
+
+def test_every_duration_setting_is_in_the_table() -> None:
+    durations = {
+        f"{section}.{name}" if section else name
+        for section, model in _sections()
+        for name, info in model.model_fields.items()
+        if any(getattr(m, "func", None) is parse_duration for m in info.metadata)
+    }
+    assert durations == {field for field, *_ in DURATION_BOUNDS}
+
+
+def _sections() -> list[tuple[str, type[BaseModel]]]:
+    found: list[tuple[str, type[BaseModel]]] = [("", ProbeConfig)]
+    for name, info in ProbeConfig.model_fields.items():
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            found.append((name, info.annotation))
+    return found

@@ -47,6 +47,11 @@ def test_mqtt_urls(url: str, parsed: tuple[str, str, int]) -> None:
         ({**URL, "targets": "kafka,mqtt", "mqtt.target": "kafka"}, "mqtt.target", "differ"),
         # A blank broker list is an error, not "no bridge Kafka given".
         ({**BRIDGE, "kafka.bootstrap_servers": " "}, "kafka.bootstrap_servers", "is empty"),
+        ({**URL, "mqtt.keepalive": "inf"}, "mqtt.keepalive", "not a finite duration"),
+        ({**URL, "mqtt.keepalive": "20h"}, "mqtt.keepalive", "between 1s and 65535s"),
+        ({**URL, "mqtt.send_timeout": "nan"}, "mqtt.send_timeout", "not a finite duration"),
+        ({**URL, "mqtt.max_send_rate": "inf"}, "mqtt.max_send_rate", "finite number"),
+        ({**URL, "mqtt.max_send_rate": "nan"}, "mqtt.max_send_rate", "finite number"),
     ],
 )
 def test_errors_name_the_field(overrides: dict[str, object], field: str, words: str) -> None:
