@@ -481,13 +481,18 @@ class ProbeConfig(_Section):
 def _set_path(tree: dict[str, Any], dotted: str, value: object) -> None:
     *parents, leaf = dotted.split(".")
     node = tree
-    for name in parents:
-        child = node.get(name)
+    for depth, name in enumerate(parents, 1):
+        if name not in node:
+            node[name] = {}
+        child = node[name]
         if not isinstance(child, dict):
-            child = {}
-            node[name] = child
+            # The file set a section to null or a scalar: an override must not hide that.
+            raise ConfigError(".".join(parents[:depth]), _NOT_A_SECTION)
         node = child
     node[leaf] = value
+
+
+_NOT_A_SECTION = "must be a mapping of settings (leave the section out to keep its defaults)"
 
 
 def _first_error(error: ValidationError) -> ConfigError:
@@ -496,7 +501,65 @@ def _first_error(error: ValidationError) -> ConfigError:
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         message = "unknown setting"
+    elif first["type"] == "model_type":
+        # A section (kafka, kafka.tls, ...) given as null, a scalar or a list; pydantic
+        # would say "instance of KafkaConfig", a name the user never wrote.
+        message = _NOT_A_SECTION
     return ConfigError(field, message)
+
+
+def _read_yaml(path: Path) -> object:
+    """The YAML file's contents; a key given twice in one mapping is an error.
+
+    YAML parsers keep the last of two equal keys: a second ``interval:`` further
+    down a long file would silently win over the one its author is reading.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from exc
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _reject_duplicate_keys(node, (), path, set())
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError("config", f"{path} is not valid YAML{where}") from exc
+    finally:
+        loader.dispose()
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _reject_duplicate_keys(
+    node: yaml.Node, where: tuple[str, ...], path: Path, seen: set[int]
+) -> None:
+    # Aliases make the node graph a DAG (or a cycle): visit each node once.
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _reject_duplicate_keys(item, (*where, str(index)), path, seen)
+    elif isinstance(node, yaml.MappingNode):
+        first_line: dict[str, int] = {}
+        for key, value in node.value:
+            # `<<: *defaults` merges a mapping in; keys written beside it override it.
+            if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+                continue
+            line = key.start_mark.line + 1
+            if key.value in first_line:
+                raise ConfigError(
+                    ".".join((*where, key.value)),
+                    f"given twice in {path} (lines {first_line[key.value]} and {line})",
+                )
+            first_line[key.value] = line
+            _reject_duplicate_keys(value, (*where, key.value), path, seen)
 
 
 def load(path: Path | None = None, overrides: dict[str, object] | None = None) -> ProbeConfig:
@@ -507,14 +570,7 @@ def load(path: Path | None = None, overrides: dict[str, object] | None = None) -
     """
     tree: dict[str, Any] = {}
     if path is not None:
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError("config", f"{path} is not valid YAML{where}") from exc
+        loaded = _read_yaml(path)
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError("config", f"{path} must hold a mapping of settings")
         tree = loaded or {}

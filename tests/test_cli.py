@@ -95,3 +95,18 @@ def test_run_and_sink_refuse_a_blank_broker_list(tmp_path: Path) -> None:
 def test_bad_values_exit_two_with_one_line(command: str, args: list[str], field: str) -> None:
     extra = ["--allow-ephemeral-key"] if command == "run" else []
     assert_config_error(sla_probe(command, *NO_BROKER, *extra, *args), field)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "field"),
+    [
+        ("kafka: null\n", "kafka"),
+        ("judge: 5s\n", "judge"),
+        ("interval: 20s\nkafka:\n  topic: a\ninterval: 2s\n", "interval"),
+    ],
+)
+def test_bad_files_exit_two_with_one_line(tmp_path: Path, yaml_text: str, field: str) -> None:
+    config = tmp_path / "probe.yaml"
+    config.write_text(yaml_text)
+    line = assert_config_error(sla_probe("once", "--config", str(config)), field)
+    assert "Config" not in line  # no pydantic model names

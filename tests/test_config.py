@@ -239,3 +239,57 @@ def _sections() -> list[tuple[str, type[BaseModel]]]:
         if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
             found.append((name, info.annotation))
     return found
+
+
+# --- Sections and duplicate keys in the file -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "overrides", "field"),
+    [
+        ("kafka: null\n", {}, "kafka"),
+        ("kafka: 5\n", {}, "kafka"),
+        ("judge: [1, 2]\n", {}, "judge"),
+        ("kafka:\n  tls: yes\n", {}, "kafka.tls"),
+        # An override into a null section must not hide it.
+        ("kafka: null\n", {"kafka.topic": "t"}, "kafka"),
+        ("kafka:\n  tls: off\n", {"kafka.tls.ca_file": "ca.pem"}, "kafka.tls"),
+    ],
+)
+def test_a_section_must_be_a_mapping(
+    tmp_path: Path, yaml_text: str, overrides: dict[str, object], field: str
+) -> None:
+    path = tmp_path / "probe.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as caught:
+        load(path, overrides)
+    assert caught.value.field == field
+    assert caught.value.message.startswith("must be a mapping of settings")
+    assert "Config" not in caught.value.message  # no pydantic model names
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "field", "lines"),
+    [
+        ("interval: 20s\nkafka:\n  topic: a\ninterval: 2s\n", "interval", "lines 1 and 4"),
+        ("kafka:\n  topic: a\n  create_topic: true\n  topic: b\n", "kafka.topic", "lines 2 and 4"),
+        ("kafka:\n  topic: a\nkafka:\n  create_topic: true\n", "kafka", "lines 1 and 3"),
+        ("mqtt:\n  bridge: {topic: a, topic: b}\n", "mqtt.bridge.topic", "lines 2 and 2"),
+    ],
+)
+def test_a_key_given_twice_is_an_error(
+    tmp_path: Path, yaml_text: str, field: str, lines: str
+) -> None:
+    path = tmp_path / "probe.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    assert caught.value.field == field
+    assert caught.value.message == f"given twice in {path} ({lines})"
+
+
+def test_merge_keys_may_override(tmp_path: Path) -> None:
+    path = tmp_path / "probe.yaml"
+    path.write_text("kafka: &k\n  send_timeout: 2s\nmqtt:\n  <<: *k\n  send_timeout: 3s\n")
+    config = load(path)  # a key beside `<<` overrides the merged one: no duplicate
+    assert (config.kafka.send_timeout, config.mqtt.send_timeout) == (2.0, 3.0)
