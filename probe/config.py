@@ -35,7 +35,9 @@ from pydantic import (
     field_validator,
 )
 
+from probe.canary import MAX_STRING_BYTES, Canary, encode
 from probe.errors import ConfigError
+from probe.keys import MAX_KID_CHARS, MIN_SECRET_BYTES, KeyRing
 from probe.transport import TRANSPORTS
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -106,6 +108,21 @@ def _between(low: float, high: float) -> AfterValidator:
 MINUTE = 60.0
 HOUR = 3600.0
 DAY = 24 * HOUR
+
+
+def _fits_a_canary(text: str) -> str:
+    # Every canary carries the probe id and the target name behind a one-byte length.
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("must be valid text (it cannot be encoded as UTF-8)") from None
+    if size > MAX_STRING_BYTES:
+        raise ValueError(f"is {size} bytes in UTF-8; a canary holds at most {MAX_STRING_BYTES}")
+    return text
+
+
+# A name every canary carries: the probe id, a target's label.
+CanaryText = Annotated[str, AfterValidator(_fits_a_canary)]
 
 
 class _Section(BaseModel):
@@ -261,7 +278,7 @@ class MqttConfig(_Section):
     # mqtt://host[:1883] or mqtts://host[:8883]; None: no MQTT target.
     url: str | None = None
     # The `target` label of the MQTT target's series.
-    target: str = Field(default="mqtt", min_length=1, max_length=255)
+    target: CanaryText = Field(default="mqtt", min_length=1, max_length=255)
     topic_prefix: str = Field(default="synthetic-sla", min_length=1, max_length=200)
     shards: int = Field(default=3, ge=1, le=100_000)
     qos: Annotated[Literal[0, 1, 2], BeforeValidator(_int_text)] = 1
@@ -423,9 +440,9 @@ class SinkConfig(_Section):
 
 
 class ProbeConfig(_Section):
-    probe_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
+    probe_id: CanaryText = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
     # The `target` label of every series: which pipeline this probe watches.
-    target: str = Field(default="kafka", min_length=1, max_length=255)
+    target: CanaryText = Field(default="kafka", min_length=1, max_length=255)
     # At least 1 s: faster rounds flood the target and measure the probe itself.
     interval: Annotated[Duration, _between(1.0, HOUR)] = 20.0
     signing_key_file: Path | None = None
@@ -581,7 +598,41 @@ def load(path: Path | None = None, overrides: dict[str, object] | None = None) -
     except ValidationError as exc:
         raise _first_error(exc) from None
     _check_mqtt_target(config)
+    _check_canary_size(config)
     return config
+
+
+# The longest trace context a canary carries: a W3C traceparent.
+_TRACEPARENT = "00-" + "0" * 32 + "-" + "0" * 16 + "-01"
+
+
+def _check_canary_size(config: ProbeConfig) -> None:
+    """Own canaries must pass the size check every stage applies to what it reads.
+
+    ``canary.size`` pads a canary to exactly that many bytes when it is smaller, so a
+    size within max_size is enough, unless the canary is bigger unpadded: with the
+    longest key id and a trace context, for this probe id and the probed targets.
+    """
+    canary = config.canary
+    if canary.size > canary.max_size:
+        raise ConfigError(
+            "canary.size",
+            f"{canary.size} is above canary.max_size ({canary.max_size}): "
+            "every canary would be rejected as oversized",
+        )
+    kid = "k" * MAX_KID_CHARS
+    ring = KeyRing({kid: bytes(MIN_SECRET_BYTES)}, active=kid)
+    labels = [config.mqtt.target if kind == "mqtt" else config.target for kind in config.targets]
+    largest = max(
+        len(encode(Canary(config.probe_id, 0, label, 0, 0, 0, _TRACEPARENT), ring))
+        for label in labels
+    )
+    if largest > canary.max_size:
+        raise ConfigError(
+            "canary.max_size",
+            f"{canary.max_size} is below the size of this probe's own canaries "
+            f"(up to {largest} bytes with this probe_id and target)",
+        )
 
 
 def _check_mqtt_target(config: ProbeConfig) -> None:

@@ -103,6 +103,7 @@ def test_bad_values_exit_two_with_one_line(command: str, args: list[str], field:
         ("kafka: null\n", "kafka"),
         ("judge: 5s\n", "judge"),
         ("interval: 20s\nkafka:\n  topic: a\ninterval: 2s\n", "interval"),
+        ("canary:\n  size: 5000\n  max_size: 4096\n", "canary.size"),
     ],
 )
 def test_bad_files_exit_two_with_one_line(tmp_path: Path, yaml_text: str, field: str) -> None:

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from probe.canary import Canary, decode, encode
 from probe.config import ProbeConfig, load, parse_duration
 from probe.errors import ConfigError
-from probe.keys import KeyRing
+from probe.keys import KeyRing, generate_key_ring
 from tests.conftest import SLA_PROBE
 
 
@@ -293,3 +294,42 @@ def test_merge_keys_may_override(tmp_path: Path) -> None:
     path.write_text("kafka: &k\n  send_timeout: 2s\nmqtt:\n  <<: *k\n  send_timeout: 3s\n")
     config = load(path)  # a key beside `<<` overrides the merged one: no duplicate
     assert (config.kafka.send_timeout, config.mqtt.send_timeout) == (2.0, 3.0)
+
+
+# --- Own canaries must pass the size check of every stage -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "words"),
+    [
+        ({"canary.size": 5000, "canary.max_size": 4096}, "canary.size", "above canary.max_size"),
+        ({"canary.size": 1_000_000}, None, None),  # below the default max_size: fine
+        ({"canary.size": 4096, "canary.max_size": 4096}, None, None),  # exactly max_size
+        # Unpadded, this probe's canaries are bigger than max_size.
+        ({"canary.max_size": 256, "probe_id": "p" * 200}, "canary.max_size", "own canaries"),
+        ({"probe_id": "é" * 200}, "probe_id", "at most 255"),
+        ({"target": "t" * 250 + "ü" * 5}, "target", "at most 255"),
+    ],
+)
+def test_own_canaries_must_pass_the_size_check(
+    overrides: dict[str, object], field: str | None, words: str | None
+) -> None:
+    if field is None:
+        load(overrides=overrides)
+        return
+    with pytest.raises(ConfigError) as caught:
+        load(overrides=overrides)
+    assert caught.value.field == field
+    assert words is not None
+    assert words in caught.value.message
+
+
+def test_padded_canaries_at_max_size_are_accepted() -> None:
+    config = load(overrides={"canary.size": 300, "canary.max_size": 300, "probe_id": "p" * 100})
+    ring = generate_key_ring("k" * 32)
+    canary = Canary(
+        config.probe_id, 1, config.target, 0, 1, 1, "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+    )
+    record = encode(canary, ring, pad_to=config.canary.size)
+    assert len(record) == config.canary.max_size
+    assert decode(record, ring, max_size=config.canary.max_size) == canary

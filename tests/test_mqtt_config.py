@@ -52,6 +52,7 @@ def test_mqtt_urls(url: str, parsed: tuple[str, str, int]) -> None:
         ({**URL, "mqtt.send_timeout": "nan"}, "mqtt.send_timeout", "not a finite duration"),
         ({**URL, "mqtt.max_send_rate": "inf"}, "mqtt.max_send_rate", "finite number"),
         ({**URL, "mqtt.max_send_rate": "nan"}, "mqtt.max_send_rate", "finite number"),
+        ({**URL, "mqtt.target": "ü" * 200}, "mqtt.target", "at most 255"),
         ({**URL, "mqtt.bridge": "edge"}, "mqtt.bridge", "must be a mapping of settings"),
     ],
 )
