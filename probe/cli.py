@@ -245,7 +245,11 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
     flag_value=True,
 )
 def run(config_file: Path | None, **flags: Any) -> None:
-    """Probe continuously and serve metrics until SIGTERM or SIGINT."""
+    """Probe continuously and serve metrics until SIGTERM or SIGINT.
+
+    Exits 2 with one line on stderr for a configuration error, including a metrics
+    port already in use or a metrics host that does not resolve.
+    """
     from probe.service import serve  # noqa: PLC0415 - keep `--help` fast
 
     try:
@@ -262,7 +266,11 @@ def run(config_file: Path | None, **flags: Any) -> None:
         return
     logs.configure(config.log_level)
     tracing.install_tracer_provider()
-    asyncio.run(serve(config, keyring))
+    try:
+        asyncio.run(serve(config, keyring))
+    except ConfigError as error:
+        # Found only when the service starts: the metrics port or host (probe/http.py).
+        _fail_config(error)
 
 
 @main.command()
@@ -280,7 +288,12 @@ def sink(config_file: Path | None, **flags: Any) -> None:
     logs.configure(config.log_level)
     from probe.spark.standalone import serve_sink  # noqa: PLC0415 - Spark only here
 
-    problem = asyncio.run(serve_sink(config, keyring))
+    try:
+        problem = asyncio.run(serve_sink(config, keyring))
+    except ConfigError as error:
+        # Found only when the metrics server starts: the metrics port or host.
+        _fail_config(error)
+        return
     if problem is not None:
         click.echo(f"sla-probe: sink stage ended: {problem}", err=True)
         sys.exit(1)

@@ -8,7 +8,9 @@ inputs hung (`--interval inf`) or passed on the embedded broker.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,40 @@ def test_bad_files_exit_two_with_one_line(tmp_path: Path, yaml_text: str, field:
     config.write_text(yaml_text)
     line = assert_config_error(sla_probe("once", "--config", str(config)), field)
     assert "Config" not in line  # no pydantic model names
+
+
+# --- The metrics server's port and host: known only when `run` or `sink` starts ---------
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A loopback port someone else listens on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def test_run_on_a_busy_metrics_port_exits_two(busy_port: int) -> None:
+    result = sla_probe("run", "--metrics-port", str(busy_port), *NO_BROKER, "--allow-ephemeral-key")
+    line = assert_config_error(result, "metrics.port")
+    assert str(busy_port) in line
+
+
+def test_run_on_an_unresolvable_metrics_host_exits_two(tmp_path: Path) -> None:
+    config = tmp_path / "probe.yaml"
+    config.write_text("metrics:\n  host: no-such-host.invalid\n  port: 0\n")
+    result = sla_probe("run", "--config", str(config), *NO_BROKER, "--allow-ephemeral-key")
+    line = assert_config_error(result, "metrics.host")
+    assert "no-such-host.invalid" in line
+
+
+def test_sink_on_a_busy_metrics_port_exits_two(
+    busy_port: int, key_file: Path, tmp_path: Path
+) -> None:
+    # The port is taken before Spark starts: no Spark session is needed to see this.
+    result = sla_probe(
+        "sink", "--metrics-port", str(busy_port), *NO_BROKER,
+        "--sink-path", str(tmp_path / "sink"), "--signing-key-file", str(key_file),
+    )  # fmt: skip
+    assert_config_error(result, "metrics.port")
