@@ -86,34 +86,81 @@ def _option(flag: str, path: str | None, help_text: str, **kwargs: Any) -> Calla
     )
 
 
+def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """Apply flags so that ``--help`` lists them in the order given."""
+
+    def decorate(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _config_file() -> Callable[[F], F]:
+    return click.option(
+        "--config",
+        "config_file",
+        envvar=_env("config"),
+        show_envvar=True,
+        type=click.Path(path_type=Path),
+        help="YAML configuration file.",
+    )
+
+
+def _bootstrap_servers() -> Callable[[F], F]:
+    return _option(
+        "bootstrap-servers",
+        "kafka.bootstrap_servers",
+        "Kafka brokers, host:port[,host:port...]. Blank is an error, not 'none'.",
+        # An empty variable is a deploy pipeline's unset one: it must fail, not make
+        # `once` probe the embedded broker and pass.
+        empty_env_is_value=True,
+    )
+
+
+def _topic() -> Callable[[F], F]:
+    return _option("topic", "kafka.topic", "Canary topic (default synthetic-sla).")
+
+
+def _sink_path() -> Callable[[F], F]:
+    return _option("sink-path", "sink.path", "Sink tables and checkpoint (Spark sink stage).")
+
+
+def _target() -> Callable[[F], F]:
+    return _option("target", "target", "Name of the probed pipeline (the `target` label).")
+
+
+def _signing_key_file() -> Callable[[F], F]:
+    return _option("signing-key-file", "signing_key_file", "Key ring file (sla-probe keygen).")
+
+
+def _log_level() -> Callable[[F], F]:
+    return _option("log-level", "log_level", "debug, info, warning or error.")
+
+
+def _metrics_port() -> Callable[[F], F]:
+    return _option(
+        "metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", metavar="PORT"
+    )
+
+
 def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
+    """The flags of the commands that produce canaries: `once` and `run`."""
+
     def decorate(command: F) -> F:
         options = [
-            click.option(
-                "--config",
-                "config_file",
-                envvar=_env("config"),
-                show_envvar=True,
-                type=click.Path(path_type=Path),
-                help="YAML configuration file.",
-            ),
-            _option(
-                "bootstrap-servers",
-                "kafka.bootstrap_servers",
-                "Kafka brokers, host:port[,host:port...]. Blank is an error, not 'none'.",
-                # An empty variable is a deploy pipeline's unset one: it must fail, not
-                # make `once` probe the embedded broker and pass.
-                empty_env_is_value=True,
-            ),
-            _option("topic", "kafka.topic", "Canary topic (default synthetic-sla)."),
+            _config_file(),
+            _bootstrap_servers(),
+            _topic(),
             _option(
                 "stages", "stages", "Kafka stages: consumer, and sink (Spark), e.g. consumer,sink."
             ),
-            _option("sink-path", "sink.path", "Sink tables and checkpoint (Spark sink stage)."),
+            _sink_path(),
             _option("interval", interval_path, interval_help),
             _option("probe-id", "probe_id", "This probe instance's id (default: host name)."),
-            _option("target", "target", "Name of the probed pipeline (the `target` label)."),
-            _option("signing-key-file", "signing_key_file", "Key ring file (sla-probe keygen)."),
+            _target(),
+            _signing_key_file(),
             _option(
                 "fetch-max-wait", "kafka.fetch_max_wait", "Consumer fetch max wait (1ms..10s)."
             ),
@@ -134,7 +181,7 @@ def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
                 is_flag=True,
                 flag_value=True,
             ),
-            _option("log-level", "log_level", "debug, info, warning or error."),
+            _log_level(),
             _option(
                 "targets",
                 "targets",
@@ -167,9 +214,7 @@ def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
             ),
             _option("mqtt-stages", "mqtt.stages", "MQTT target stages: mqtt, bridge."),
         ]
-        for option in reversed(options):
-            command = option(command)
-        return command
+        return _options(*options)(command)
 
     return decorate
 
@@ -184,14 +229,16 @@ def _load(config_file: Path | None, flags: dict[str, Any]) -> ProbeConfig:
     return config_module.load(config_file, overrides)
 
 
-def _keyring(config: ProbeConfig, *, ephemeral_ok: bool) -> KeyRing:
+_NO_KEY_FILE = "required (create one with `sla-probe keygen`), or pass --allow-ephemeral-key"
+
+
+def _keyring(config: ProbeConfig, *, ephemeral_ok: bool, missing: str = _NO_KEY_FILE) -> KeyRing:
+    """The key ring from ``signing_key_file``; without one, an ephemeral ring if
+    ``ephemeral_ok``, else a ConfigError saying ``missing``."""
     if config.signing_key_file is None:
         if ephemeral_ok:
             return generate_key_ring("ephemeral")
-        raise ConfigError(
-            "signing_key_file",
-            "required (create one with `sla-probe keygen`), or pass --allow-ephemeral-key",
-        )
+        raise ConfigError("signing_key_file", missing)
     try:
         text = config.signing_key_file.read_text(encoding="utf-8")
     except OSError as exc:
@@ -220,6 +267,14 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
 
     Without --bootstrap-servers an embedded broker is started on a free loopback
     port and stopped afterwards, unless only other targets are given (--mqtt-url).
+    A blank or malformed broker list is an error (exit 2), never the embedded broker.
+
+    \b
+    Exit codes:
+      0  every canary delivered in time at every stage, nothing unexpected seen
+      1  SLO failed: a canary late, lost or never acknowledged, an anomaly
+         (duplicate, out of order, invalid record), or nothing measured
+      2  usage or configuration error: one line on stderr naming the setting
     """
     from probe.once import run_once  # noqa: PLC0415 - keep `--help` fast
 
@@ -236,7 +291,7 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
 
 @main.command()
 @_common("interval", "Time between rounds, 1s..1h (default 20s).")
-@_option("metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", metavar="PORT")
+@_metrics_port()
 @_option(
     "allow-ephemeral-key",
     "allow_ephemeral_key",
@@ -274,13 +329,30 @@ def run(config_file: Path | None, **flags: Any) -> None:
 
 
 @main.command()
-@_common("interval", "Time between rounds, 1s..1h (default 20s).")
-@_option("metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", metavar="PORT")
+@_options(
+    _config_file(),
+    _bootstrap_servers(),
+    _topic(),
+    _sink_path(),
+    _target(),
+    _signing_key_file(),
+    _log_level(),
+    _metrics_port(),
+)
 def sink(config_file: Path | None, **flags: Any) -> None:
-    """Run only the Spark sink stage and serve its metrics (e.g. under spark-submit)."""
+    """Run only the Spark sink stage and serve its metrics (e.g. under spark-submit).
+
+    It judges the canaries of a `sla-probe run` elsewhere, so it needs that probe's
+    key file (--signing-key-file) and topic.
+    """
     try:
         config = _load(config_file, flags)
-        keyring = _keyring(config, ephemeral_ok=False)
+        keyring = _keyring(
+            config,
+            ephemeral_ok=False,
+            missing="required: the sink verifies canaries signed by a `sla-probe run` "
+            "elsewhere, so give it the same key file (--signing-key-file)",
+        )
         _require_sink_settings(config)
     except ConfigError as error:
         _fail_config(error)

@@ -150,3 +150,33 @@ def test_sink_on_a_busy_metrics_port_exits_two(
         "--sink-path", str(tmp_path / "sink"), "--signing-key-file", str(key_file),
     )  # fmt: skip
     assert_config_error(result, "metrics.port")
+
+
+# --- Help and hints that say what applies -----------------------------------------------
+
+
+def test_sink_without_a_key_file_asks_for_the_shared_one(tmp_path: Path) -> None:
+    result = sla_probe("sink", *NO_BROKER, "--sink-path", str(tmp_path / "sink"))
+    line = assert_config_error(result, "signing_key_file")
+    assert "--signing-key-file" in line
+    assert "--allow-ephemeral-key" not in line  # sink has no such flag
+
+
+def test_sink_help_lists_only_the_flags_that_apply() -> None:
+    result = sla_probe("sink", "--help")
+    assert result.returncode == 0, result.stderr
+    for flag in ("--bootstrap-servers", "--topic", "--sink-path", "--signing-key-file"):
+        assert flag in result.stdout
+    for flag in ("--mqtt", "--targets", "--stages", "--interval", "--send-timeout", "--json"):
+        assert flag not in result.stdout
+    # Every flag it lists is one it accepts.
+    assert sla_probe("sink", "--allow-ephemeral-key").returncode == 2
+
+
+def test_once_help_lists_every_exit_code() -> None:
+    result = sla_probe("once", "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "Exit codes:" in text
+    for code in ("0 every canary delivered", "1 SLO failed", "2 usage or configuration error"):
+        assert code in text
