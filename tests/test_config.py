@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -222,6 +223,12 @@ def test_duration_bounds(field: str, low: str, high: str, default: str) -> None:
             load(overrides={**base, field: outside})
         assert caught.value.field == field
         assert f"must be between {low} and {high}" in caught.value.message
+
+
+def test_the_readme_documents_the_duration_bounds() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    rows = re.findall(r"^\| `([a-z_.]+)` \| (\S+) \| (\S+) \| (\S+) \|$", readme, re.MULTILINE)
+    assert sorted(rows) == sorted(DURATION_BOUNDS)
 
 
 def test_every_duration_setting_is_in_the_table() -> None:
