@@ -10,12 +10,14 @@
 Every flag can also be set as ``SLA_PROBE_<FLAG>`` (``--bootstrap-servers`` is
 ``SLA_PROBE_BOOTSTRAP_SERVERS``); flags win over the environment, which wins over
 the ``--config`` YAML file. Exit codes: 0 all canaries delivered, 1 SLO failed,
-2 usage or configuration error (one line on stderr naming the field).
+2 usage or configuration error (one line on stderr naming the field, e.g.
+``sla-probe: config error: kafka.bootstrap_servers: is empty; ...``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -45,11 +47,32 @@ def _env(flag: str) -> str:
 
 
 class ConfigOption(click.Option):
-    """A flag that overrides one config field (``config_path``, e.g. ``kafka.topic``)."""
+    """A flag that overrides one config field (``config_path``, e.g. ``kafka.topic``).
 
-    def __init__(self, *args: Any, config_path: str | None = None, **kwargs: Any) -> None:
+    Values go to the config model as text, unconverted: its validation is the one
+    place that turns them into types, so a bad value gets the same one-line error
+    naming the field whether it came from a flag, the environment or the file.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        config_path: str | None = None,
+        empty_env_is_value: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.config_path = config_path
+        self.empty_env_is_value = empty_env_is_value
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        # Click reads a set but empty variable as unset; for some settings an empty
+        # value is an error to report, not a reason to fall back to a default.
+        if self.empty_env_is_value and isinstance(self.envvar, str):
+            value = os.environ.get(self.envvar)
+            if value is not None:
+                return value
+        return super().resolve_envvar_value(ctx)
 
 
 def _option(flag: str, path: str | None, help_text: str, **kwargs: Any) -> Callable[[F], F]:
@@ -70,29 +93,87 @@ def _option(flag: str, path: str | None, help_text: str, **kwargs: Any) -> Calla
     )
 
 
-def _common(interval_path: str) -> Callable[[F], F]:
+def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """Apply flags so that ``--help`` lists them in the order given."""
+
+    def decorate(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _config_file() -> Callable[[F], F]:
+    return click.option(
+        "--config",
+        "config_file",
+        envvar=_env("config"),
+        show_envvar=True,
+        type=click.Path(path_type=Path),
+        help="YAML configuration file.",
+    )
+
+
+def _bootstrap_servers() -> Callable[[F], F]:
+    return _option(
+        "bootstrap-servers",
+        "kafka.bootstrap_servers",
+        "Kafka brokers, host:port[,host:port...]. Blank is an error, not 'none'.",
+        # An empty variable is a deploy pipeline's unset one: it must fail, not make
+        # `once` probe the embedded broker and pass.
+        empty_env_is_value=True,
+    )
+
+
+def _topic() -> Callable[[F], F]:
+    return _option("topic", "kafka.topic", "Canary topic (default synthetic-sla).")
+
+
+def _sink_path() -> Callable[[F], F]:
+    return _option("sink-path", "sink.path", "Sink tables and checkpoint (Spark sink stage).")
+
+
+def _target() -> Callable[[F], F]:
+    return _option("target", "target", "Name of the probed pipeline (the `target` label).")
+
+
+def _signing_key_file() -> Callable[[F], F]:
+    return _option("signing-key-file", "signing_key_file", "Key ring file (sla-probe keygen).")
+
+
+def _log_level() -> Callable[[F], F]:
+    return _option("log-level", "log_level", "debug, info, warning or error.")
+
+
+def _metrics_port() -> Callable[[F], F]:
+    return _option(
+        "metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", metavar="PORT"
+    )
+
+
+def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
+    """The flags of the commands that produce canaries: `once` and `run`."""
+
     def decorate(command: F) -> F:
         options = [
-            click.option(
-                "--config",
-                "config_file",
-                envvar=_env("config"),
-                show_envvar=True,
-                type=click.Path(path_type=Path),
-                help="YAML configuration file.",
-            ),
-            _option("bootstrap-servers", "kafka.bootstrap_servers", "Kafka bootstrap servers."),
-            _option("topic", "kafka.topic", "Canary topic (default synthetic-sla)."),
+            _config_file(),
+            _bootstrap_servers(),
+            _topic(),
             _option(
                 "stages", "stages", "Kafka stages: consumer, and sink (Spark), e.g. consumer,sink."
             ),
-            _option("sink-path", "sink.path", "Sink tables and checkpoint (Spark sink stage)."),
-            _option("interval", interval_path, "Time between rounds, e.g. 20s."),
+            _sink_path(),
+            _option("interval", interval_path, interval_help),
             _option("probe-id", "probe_id", "This probe instance's id (default: host name)."),
-            _option("target", "target", "Name of the probed pipeline (the `target` label)."),
-            _option("signing-key-file", "signing_key_file", "Key ring file (sla-probe keygen)."),
-            _option("fetch-max-wait", "kafka.fetch_max_wait", "Consumer fetch max wait."),
-            _option("send-timeout", "kafka.send_timeout", "Produce acknowledgement timeout."),
+            _target(),
+            _signing_key_file(),
+            _option(
+                "fetch-max-wait", "kafka.fetch_max_wait", "Consumer fetch max wait (1ms..10s)."
+            ),
+            _option(
+                "send-timeout", "kafka.send_timeout", "Produce acknowledgement timeout (100ms..5m)."
+            ),
             _option(
                 "create-topic",
                 "kafka.create_topic",
@@ -107,7 +188,7 @@ def _common(interval_path: str) -> Callable[[F], F]:
                 is_flag=True,
                 flag_value=True,
             ),
-            _option("log-level", "log_level", "debug, info, warning or error."),
+            _log_level(),
             _option(
                 "targets",
                 "targets",
@@ -116,8 +197,10 @@ def _common(interval_path: str) -> Callable[[F], F]:
             _option("mqtt-url", "mqtt.url", "MQTT broker, mqtt://host:1883 or mqtts://host:8883."),
             _option("mqtt-target", "mqtt.target", "The MQTT target's `target` label (mqtt)."),
             _option("mqtt-topic-prefix", "mqtt.topic_prefix", "Shard topics <prefix>/<shard>."),
-            _option("mqtt-shards", "mqtt.shards", "Number of MQTT shards (default 3).", type=int),
-            _option("mqtt-qos", "mqtt.qos", "MQTT QoS: 0, 1 or 2 (default 1).", type=int),
+            _option(
+                "mqtt-shards", "mqtt.shards", "Number of MQTT shards (default 3).", metavar="N"
+            ),
+            _option("mqtt-qos", "mqtt.qos", "MQTT QoS: 0, 1 or 2 (default 1).", metavar="N"),
             _option("mqtt-username", "mqtt.username", "MQTT user name."),
             _option(
                 "mqtt-password",
@@ -138,9 +221,7 @@ def _common(interval_path: str) -> Callable[[F], F]:
             ),
             _option("mqtt-stages", "mqtt.stages", "MQTT target stages: mqtt, bridge."),
         ]
-        for option in reversed(options):
-            command = option(command)
-        return command
+        return _options(*options)(command)
 
     return decorate
 
@@ -155,14 +236,18 @@ def _load(config_file: Path | None, flags: dict[str, Any]) -> ProbeConfig:
     return config_module.load(config_file, overrides)
 
 
-def _keyring(config: ProbeConfig, *, ephemeral_ok: bool) -> KeyRingSource:
+_NO_KEY_FILE = "required (create one with `sla-probe keygen`), or pass --allow-ephemeral-key"
+
+
+def _keyring(
+    config: ProbeConfig, *, ephemeral_ok: bool, missing: str = _NO_KEY_FILE
+) -> KeyRingSource:
+    """The key ring from ``signing_key_file``; without one, an ephemeral ring if
+    ``ephemeral_ok``, else a ConfigError saying ``missing``."""
     if config.signing_key_file is None:
         if ephemeral_ok:
             return KeyRingSource.ephemeral()
-        raise ConfigError(
-            "signing_key_file",
-            "required (create one with `sla-probe keygen`), or pass --allow-ephemeral-key",
-        )
+        raise ConfigError("signing_key_file", missing)
     return KeyRingSource.from_file(config.signing_key_file)
 
 
@@ -177,14 +262,22 @@ def main() -> None:
 
 
 @main.command()
-@_common("once.interval")
-@_option("rounds", "once.rounds", "Rounds to produce (default 3).", type=int)
+@_common("once.interval", "Time between rounds, 100ms..5m (default 1s).")
+@_option("rounds", "once.rounds", "Rounds to produce (default 3).", metavar="N")
 @_option("json", None, "Print the report as JSON.", is_flag=True, flag_value=True)
 def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
     """Run a few rounds, wait for every canary's fate, report, exit 0 (ok) or 1.
 
     Without --bootstrap-servers an embedded broker is started on a free loopback
     port and stopped afterwards, unless only other targets are given (--mqtt-url).
+    A blank or malformed broker list is an error (exit 2), never the embedded broker.
+
+    \b
+    Exit codes:
+      0  every canary delivered in time at every stage, nothing unexpected seen
+      1  SLO failed: a canary late, lost or never acknowledged, an anomaly
+         (duplicate, out of order, invalid record), or nothing measured
+      2  usage or configuration error: one line on stderr naming the setting
     """
     from probe.once import run_once  # noqa: PLC0415 - keep `--help` fast
 
@@ -200,8 +293,8 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
 
 
 @main.command()
-@_common("interval")
-@_option("metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", type=int)
+@_common("interval", "Time between rounds, 1s..1h (default 20s).")
+@_metrics_port()
 @_option(
     "allow-ephemeral-key",
     "allow_ephemeral_key",
@@ -210,7 +303,11 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
     flag_value=True,
 )
 def run(config_file: Path | None, **flags: Any) -> None:
-    """Probe continuously and serve metrics until SIGTERM or SIGINT."""
+    """Probe continuously and serve metrics until SIGTERM or SIGINT.
+
+    Exits 2 with one line on stderr for a configuration error, including a metrics
+    port already in use or a metrics host that does not resolve.
+    """
     from probe.service import serve  # noqa: PLC0415 - keep `--help` fast
 
     try:
@@ -227,17 +324,38 @@ def run(config_file: Path | None, **flags: Any) -> None:
         return
     logs.configure(config.log_level)
     tracing.install_tracer_provider()
-    asyncio.run(serve(config, keyring))
+    try:
+        asyncio.run(serve(config, keyring))
+    except ConfigError as error:
+        # Found only when the service starts: the metrics port or host (probe/http.py).
+        _fail_config(error)
 
 
 @main.command()
-@_common("interval")
-@_option("metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", type=int)
+@_options(
+    _config_file(),
+    _bootstrap_servers(),
+    _topic(),
+    _sink_path(),
+    _target(),
+    _signing_key_file(),
+    _log_level(),
+    _metrics_port(),
+)
 def sink(config_file: Path | None, **flags: Any) -> None:
-    """Run only the Spark sink stage and serve its metrics (e.g. under spark-submit)."""
+    """Run only the Spark sink stage and serve its metrics (e.g. under spark-submit).
+
+    It judges the canaries of a `sla-probe run` elsewhere, so it needs that probe's
+    key file (--signing-key-file) and topic.
+    """
     try:
         config = _load(config_file, flags)
-        keyring = _keyring(config, ephemeral_ok=False)
+        keyring = _keyring(
+            config,
+            ephemeral_ok=False,
+            missing="required: the sink verifies canaries signed by a `sla-probe run` "
+            "elsewhere, so give it the same key file (--signing-key-file)",
+        )
         _require_sink_settings(config)
     except ConfigError as error:
         _fail_config(error)
@@ -245,7 +363,12 @@ def sink(config_file: Path | None, **flags: Any) -> None:
     logs.configure(config.log_level)
     from probe.spark.standalone import serve_sink  # noqa: PLC0415 - Spark only here
 
-    problem = asyncio.run(serve_sink(config, keyring.ring))
+    try:
+        problem = asyncio.run(serve_sink(config, keyring.ring))
+    except ConfigError as error:
+        # Found only when the metrics server starts: the metrics port or host.
+        _fail_config(error)
+        return
     if problem is not None:
         click.echo(f"sla-probe: sink stage ended: {problem}", err=True)
         sys.exit(1)

@@ -7,11 +7,16 @@ the last two into dotted overrides (``{"kafka.send_timeout": "5s"}``) and calls
 field is the path in the YAML file, e.g. ``kafka.send_timeout: not a duration``.
 
 Durations are written ``500ms``, ``20s``, ``1m30s``, ``2h`` or as plain seconds, and
-are held as float seconds.
+are held as float seconds. Each duration setting has documented bounds (README,
+"Broker list and limits"): a value outside them is almost certainly a typo
+(``--interval 1e9``) and would make the probe hang or flood its target instead of
+measuring anything.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import re
 import socket
 from pathlib import Path
@@ -31,7 +36,9 @@ from pydantic import (
     field_validator,
 )
 
+from probe.canary import MAX_STRING_BYTES, Canary, encode
 from probe.errors import ConfigError
+from probe.keys import MAX_KID_CHARS, MIN_SECRET_BYTES, KeyRing
 from probe.transport import TRANSPORTS
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -40,6 +47,15 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 def parse_duration(value: object) -> float:
     """``"1m30s"`` -> 90.0. Numbers are seconds. Raises ValueError with a short reason."""
+    seconds = _seconds(value)
+    # NaN compares false with every bound and infinity never elapses: both would slip
+    # past a range check or hang a timer, so no duration may be either.
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite duration: {value!r}")
+    return seconds
+
+
+def _seconds(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("not a duration")
     if isinstance(value, int | float):
@@ -57,6 +73,16 @@ def parse_duration(value: object) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
 
 
+def format_duration(seconds: float) -> str:
+    """90.0 -> ``"90s"``, 3600.0 -> ``"1h"``, 0.1 -> ``"100ms"``: as a user would write it."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    for unit in ("h", "m"):
+        if (seconds / _UNIT_SECONDS[unit]).is_integer():
+            return f"{seconds / _UNIT_SECONDS[unit]:g}{unit}"
+    return f"{seconds:g}s"
+
+
 def _positive(seconds: float) -> float:
     if seconds <= 0:
         raise ValueError("must be > 0")
@@ -64,6 +90,40 @@ def _positive(seconds: float) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_positive)]
+
+
+def _between(low: float, high: float) -> AfterValidator:
+    """A duration's bounds, inclusive: ``interval: Annotated[Duration, _between(1, HOUR)]``."""
+
+    def check(seconds: float) -> float:
+        if not low <= seconds <= high:
+            raise ValueError(
+                f"must be between {format_duration(low)} and {format_duration(high)}, "
+                f"got {format_duration(seconds)}"
+            )
+        return seconds
+
+    return AfterValidator(check)
+
+
+MINUTE = 60.0
+HOUR = 3600.0
+DAY = 24 * HOUR
+
+
+def _fits_a_canary(text: str) -> str:
+    # Every canary carries the probe id and the target name behind a one-byte length.
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("must be valid text (it cannot be encoded as UTF-8)") from None
+    if size > MAX_STRING_BYTES:
+        raise ValueError(f"is {size} bytes in UTF-8; a canary holds at most {MAX_STRING_BYTES}")
+    return text
+
+
+# A name every canary carries: the probe id, a target's label.
+CanaryText = Annotated[str, AfterValidator(_fits_a_canary)]
 
 
 class _Section(BaseModel):
@@ -93,20 +153,82 @@ class SaslConfig(_Section):
     password: SecretStr
 
 
+# A host name or an IPv4 address; an IPv6 address goes in brackets: [::1]:9092.
+_BROKER_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
+_BRACKETED_IPV6 = re.compile(r"\[([^\]]*)\](?::(.*))?")
+
+
+def _broker_list(servers: str | None) -> str | None:
+    """``" a:9092, b:9092 "`` -> ``"a:9092,b:9092"``. Raises ValueError saying what is wrong.
+
+    Only a missing setting (None) may mean "no broker given": a blank value is
+    what an unset variable in a deploy pipeline looks like, and must not fall back
+    to the embedded broker and pass.
+    """
+    if servers is None:
+        return None
+    entries = [entry.strip() for entry in servers.split(",")]
+    if not any(entries):
+        raise ValueError(f"is empty; {_BROKER_LIST_FORM}")
+    for entry in entries:
+        if not entry:
+            raise ValueError(f"has an empty entry: {servers!r}; {_BROKER_LIST_FORM}")
+        problem = _broker_problem(entry)
+        if problem is not None:
+            raise ValueError(f"{entry!r}: {problem}; {_BROKER_LIST_FORM}")
+    return ",".join(entries)
+
+
+_BROKER_LIST_FORM = "use host:port[,host:port...]"
+
+
+def _broker_problem(entry: str) -> str | None:
+    bracketed = _BRACKETED_IPV6.fullmatch(entry)
+    if bracketed is not None:
+        host, port = bracketed.group(1), bracketed.group(2)
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return f"{host!r} is not an IPv6 address"
+    elif entry.startswith("["):
+        return "only :port may follow an IPv6 address in brackets"
+    else:
+        host, colon, rest = entry.partition(":")
+        port = rest if colon else None
+        if ":" in rest:
+            return "an IPv6 address goes in brackets, e.g. [::1]:9092"
+        if not host:
+            return "no host before ':'"
+        if not _BROKER_HOST.fullmatch(host):
+            return f"{host!r} is not a host name or address"
+    # No port: the clients' default, 9092.
+    if port is None:
+        return None
+    if not port:
+        return "no port after ':'"
+    if not (port.isascii() and port.isdigit()):
+        return f"port {port!r} is not a number"
+    if not 1 <= int(port) <= 65535:
+        return f"port {port} is outside 1..65535"
+    return None
+
+
 class KafkaConfig(_Section):
     """Where canaries go and how they are read back."""
 
-    # None means: `once` starts the embedded broker; `run` refuses to start.
-    bootstrap_servers: str | None = None
+    # None means: `once` starts the embedded broker; `run` refuses to start. A blank
+    # or malformed list is an error, never "none given".
+    bootstrap_servers: Annotated[str | None, AfterValidator(_broker_list)] = None
     topic: str = Field(default="synthetic-sla", min_length=1, max_length=249)
     client_id: str = "synthetic-sla-probe"
     # Off by default: brokers without InitProducerId (the embedded one) refuse it.
     idempotence: bool = False
-    send_timeout: Duration = 10.0
+    send_timeout: Annotated[Duration, _between(0.1, 5 * MINUTE)] = 10.0
     # The consumer's fetch max wait bounds measured latency on brokers that answer a
     # fetch only when it runs out (the embedded one); Apache Kafka answers as soon as
     # data arrives, so a short wait costs it only a few empty fetches per second.
-    fetch_max_wait: Duration = 0.1
+    # At most 10 s: on such a broker every canary would wait that long to be read.
+    fetch_max_wait: Annotated[Duration, _between(0.001, 10.0)] = 0.1
     create_topic: bool = False
     partitions: int | None = Field(default=None, ge=1)
     replication_factor: int | None = Field(default=None, ge=1)
@@ -157,7 +279,7 @@ class MqttConfig(_Section):
     # mqtt://host[:1883] or mqtts://host[:8883]; None: no MQTT target.
     url: str | None = None
     # The `target` label of the MQTT target's series.
-    target: str = Field(default="mqtt", min_length=1, max_length=255)
+    target: CanaryText = Field(default="mqtt", min_length=1, max_length=255)
     topic_prefix: str = Field(default="synthetic-sla", min_length=1, max_length=200)
     shards: int = Field(default=3, ge=1, le=100_000)
     qos: Annotated[Literal[0, 1, 2], BeforeValidator(_int_text)] = 1
@@ -172,14 +294,15 @@ class MqttConfig(_Section):
     # Keep the subscriber's session (and the QoS 1/2 canaries queued for it) across
     # disconnects, for session_expiry (MQTT 5; MQTT 3.1.1 brokers keep it their way).
     persistent_session: bool = False
-    session_expiry: Duration = 300.0
-    keepalive: Duration = 30.0
+    session_expiry: Annotated[Duration, _between(1.0, 7 * DAY)] = 300.0
+    # MQTT carries the keepalive as 16-bit seconds.
+    keepalive: Annotated[Duration, _between(1.0, 65535.0)] = 30.0
     # No acknowledgement (PUBACK at QoS 1, PUBCOMP at 2) by then: produce_failed.
-    send_timeout: Duration = 10.0
+    send_timeout: Annotated[Duration, _between(0.1, 5 * MINUTE)] = 10.0
     # Canaries per second at most; a round of many shards is spread out so the probe
     # never saturates itself (its arrivals would wait behind its own sends and be
     # measured late). 1,000 shards at 500/s: 2 s per round. 0: no limit.
-    max_send_rate: float = Field(default=500.0, ge=0)
+    max_send_rate: float = Field(default=500.0, ge=0, allow_inf_nan=False)
     bridge: MqttBridgeConfig | None = None
     # Which stages judge the canaries; default mqtt, plus bridge when a bridge is set.
     stages: tuple[MqttStage, ...] = Field(default=None, validate_default=True)
@@ -254,15 +377,15 @@ def parse_mqtt_url(url: str) -> tuple[str, str, int]:
 class JudgeConfig(_Section):
     """When a canary counts as delivered, late or lost."""
 
-    freshness: Duration = 5.0
-    loss_timeout: Annotated[Duration, Field(validate_default=True)] = 60.0
+    freshness: Annotated[Duration, _between(0.01, HOUR)] = 5.0
+    loss_timeout: Annotated[Duration, _between(1.0, DAY), Field(validate_default=True)] = 60.0
 
     @field_validator("loss_timeout")
     @classmethod
     def _loss_after_freshness(cls, loss_timeout: float, info: ValidationInfo) -> float:
         freshness = info.data.get("freshness")
         if freshness is not None and loss_timeout < freshness:
-            raise ValueError(f"must be >= judge.freshness ({freshness:g}s)")
+            raise ValueError(f"must be >= judge.freshness ({format_duration(freshness)})")
         return loss_timeout
 
 
@@ -277,15 +400,16 @@ class MetricsConfig(_Section):
     host: str = "0.0.0.0"
     port: int = Field(default=9464, ge=0, le=65535)
     # The latency SLO threshold: a histogram bucket boundary sits exactly on it.
-    latency_threshold: Duration = 0.5
+    latency_threshold: Annotated[Duration, _between(0.001, HOUR)] = 0.5
 
 
 class OnceConfig(_Section):
     """The smoke test: a few quick rounds, then wait for every canary's fate."""
 
     rounds: int = Field(default=3, ge=1, le=1000)
-    interval: Duration = 1.0
-    loss_timeout: Duration = 10.0
+    # A smoke test may go faster than `run` (100 ms), and must end in minutes.
+    interval: Annotated[Duration, _between(0.1, 5 * MINUTE)] = 1.0
+    loss_timeout: Annotated[Duration, _between(1.0, HOUR)] = 10.0
 
 
 KafkaStage = Literal["consumer", "sink"]
@@ -300,27 +424,28 @@ class SinkConfig(_Section):
     # under it; any Hadoop-compatible URI. `once` uses a fresh temporary one if unset.
     path: str | None = None
     checkpoint: str | None = None
-    trigger: Duration = 2.0
+    trigger: Annotated[Duration, _between(0.1, HOUR)] = 2.0
     # The sink's own freshness deadline: a stream processor adds its trigger interval
     # and batch time to the broker's latency, so it gets a looser bound than judge.freshness.
-    freshness: Duration = 30.0
+    freshness: Annotated[Duration, _between(0.01, DAY)] = 30.0
     # The sink's latency SLO threshold (produce to sink commit): a histogram bucket sits
     # on it, and the rules read the sink's latency SLI there instead of at
     # metrics.latency_threshold, which a micro-batch stage cannot meet: a canary waits
     # up to one trigger for its batch, then the batch's run time. About two triggers
     # plus a batch by default.
-    latency_threshold: Duration = 5.0
+    latency_threshold: Annotated[Duration, _between(0.001, HOUR)] = 5.0
     # The event-time watermark trails the newest canary by this much.
-    allowed_lateness: Duration = 60.0
+    allowed_lateness: Annotated[Duration, _between(1.0, DAY)] = 60.0
     max_records_per_batch: int | None = Field(default=10_000, ge=1)
     starting_offsets: Literal["latest", "earliest"] = "latest"
 
 
 class ProbeConfig(_Section):
-    probe_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
+    probe_id: CanaryText = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
     # The `target` label of every series: which pipeline this probe watches.
-    target: str = Field(default="kafka", min_length=1, max_length=255)
-    interval: Duration = 20.0
+    target: CanaryText = Field(default="kafka", min_length=1, max_length=255)
+    # At least 1 s: faster rounds flood the target and measure the probe itself.
+    interval: Annotated[Duration, _between(1.0, HOUR)] = 20.0
     signing_key_file: Path | None = None
     allow_ephemeral_key: bool = False
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -374,13 +499,18 @@ class ProbeConfig(_Section):
 def _set_path(tree: dict[str, Any], dotted: str, value: object) -> None:
     *parents, leaf = dotted.split(".")
     node = tree
-    for name in parents:
-        child = node.get(name)
+    for depth, name in enumerate(parents, 1):
+        if name not in node:
+            node[name] = {}
+        child = node[name]
         if not isinstance(child, dict):
-            child = {}
-            node[name] = child
+            # The file set a section to null or a scalar: an override must not hide that.
+            raise ConfigError(".".join(parents[:depth]), _NOT_A_SECTION)
         node = child
     node[leaf] = value
+
+
+_NOT_A_SECTION = "must be a mapping of settings (leave the section out to keep its defaults)"
 
 
 def _first_error(error: ValidationError) -> ConfigError:
@@ -389,7 +519,65 @@ def _first_error(error: ValidationError) -> ConfigError:
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         message = "unknown setting"
+    elif first["type"] == "model_type":
+        # A section (kafka, kafka.tls, ...) given as null, a scalar or a list; pydantic
+        # would say "instance of KafkaConfig", a name the user never wrote.
+        message = _NOT_A_SECTION
     return ConfigError(field, message)
+
+
+def _read_yaml(path: Path) -> object:
+    """The YAML file's contents; a key given twice in one mapping is an error.
+
+    YAML parsers keep the last of two equal keys: a second ``interval:`` further
+    down a long file would silently win over the one its author is reading.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from exc
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _reject_duplicate_keys(node, (), path, set())
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError("config", f"{path} is not valid YAML{where}") from exc
+    finally:
+        loader.dispose()
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _reject_duplicate_keys(
+    node: yaml.Node, where: tuple[str, ...], path: Path, seen: set[int]
+) -> None:
+    # Aliases make the node graph a DAG (or a cycle): visit each node once.
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _reject_duplicate_keys(item, (*where, str(index)), path, seen)
+    elif isinstance(node, yaml.MappingNode):
+        first_line: dict[str, int] = {}
+        for key, value in node.value:
+            # `<<: *defaults` merges a mapping in; keys written beside it override it.
+            if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+                continue
+            line = key.start_mark.line + 1
+            if key.value in first_line:
+                raise ConfigError(
+                    ".".join((*where, key.value)),
+                    f"given twice in {path} (lines {first_line[key.value]} and {line})",
+                )
+            first_line[key.value] = line
+            _reject_duplicate_keys(value, (*where, key.value), path, seen)
 
 
 def load(path: Path | None = None, overrides: dict[str, object] | None = None) -> ProbeConfig:
@@ -400,14 +588,7 @@ def load(path: Path | None = None, overrides: dict[str, object] | None = None) -
     """
     tree: dict[str, Any] = {}
     if path is not None:
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError("config", f"{path} is not valid YAML{where}") from exc
+        loaded = _read_yaml(path)
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError("config", f"{path} must hold a mapping of settings")
         tree = loaded or {}
@@ -418,7 +599,41 @@ def load(path: Path | None = None, overrides: dict[str, object] | None = None) -
     except ValidationError as exc:
         raise _first_error(exc) from None
     _check_mqtt_target(config)
+    _check_canary_size(config)
     return config
+
+
+# The longest trace context a canary carries: a W3C traceparent.
+_TRACEPARENT = "00-" + "0" * 32 + "-" + "0" * 16 + "-01"
+
+
+def _check_canary_size(config: ProbeConfig) -> None:
+    """Own canaries must pass the size check every stage applies to what it reads.
+
+    ``canary.size`` pads a canary to exactly that many bytes when it is smaller, so a
+    size within max_size is enough, unless the canary is bigger unpadded: with the
+    longest key id and a trace context, for this probe id and the probed targets.
+    """
+    canary = config.canary
+    if canary.size > canary.max_size:
+        raise ConfigError(
+            "canary.size",
+            f"{canary.size} is above canary.max_size ({canary.max_size}): "
+            "every canary would be rejected as oversized",
+        )
+    kid = "k" * MAX_KID_CHARS
+    ring = KeyRing({kid: bytes(MIN_SECRET_BYTES)}, active=kid)
+    labels = [config.mqtt.target if kind == "mqtt" else config.target for kind in config.targets]
+    largest = max(
+        len(encode(Canary(config.probe_id, 0, label, 0, 0, 0, _TRACEPARENT), ring))
+        for label in labels
+    )
+    if largest > canary.max_size:
+        raise ConfigError(
+            "canary.max_size",
+            f"{canary.max_size} is below the size of this probe's own canaries "
+            f"(up to {largest} bytes with this probe_id and target)",
+        )
 
 
 def _check_mqtt_target(config: ProbeConfig) -> None:

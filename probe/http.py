@@ -8,11 +8,16 @@ alive (it is measuring the outage) but not ready.
 
 from __future__ import annotations
 
+import errno
+import os
+import socket
 from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+
+from probe.errors import ConfigError
 
 Readiness = Callable[[], tuple[bool, str]]
 
@@ -37,7 +42,11 @@ def build_app(registry: CollectorRegistry, readiness: Readiness) -> web.Applicat
 
 
 class MetricsServer:
-    """Serves the app on host:port inside the running event loop. Port 0 picks one."""
+    """Serves the app on host:port inside the running event loop. Port 0 picks one.
+
+    ``host`` and ``port`` are the ``metrics`` settings: when they cannot be listened
+    on, :meth:`start` raises a ConfigError naming ``metrics.host`` or ``metrics.port``.
+    """
 
     def __init__(self, app: web.Application, host: str, port: int) -> None:
         self._runner = web.AppRunner(app, access_log=None)
@@ -48,9 +57,26 @@ class MetricsServer:
     async def start(self) -> None:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            raise _listen_error(exc, self._host, self._port) from exc
         # With port 0 the kernel picked the port: report the one actually bound.
         self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         await self._runner.cleanup()
+
+
+def _listen_error(exc: OSError, host: str, port: int) -> ConfigError:
+    """Which setting keeps the server from listening, and why, in one line."""
+    # A name that does not resolve, or an address this machine does not have, is the
+    # host's fault; anything else (in use, a privileged port) the port's.
+    if isinstance(exc, socket.gaierror):
+        return ConfigError("metrics.host", f"cannot listen on {host!r}: {exc.strerror}")
+    # asyncio's own strerror repeats the address; the errno's text is the reason.
+    reason = os.strerror(exc.errno) if exc.errno is not None else str(exc)
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return ConfigError("metrics.host", f"cannot listen on {host!r}: {reason}")
+    return ConfigError("metrics.port", f"cannot listen on {host}:{port}: {reason}")

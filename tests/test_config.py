@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
-from probe.config import load, parse_duration
+from probe.canary import Canary, decode, encode
+from probe.config import ProbeConfig, load, parse_duration
 from probe.errors import ConfigError
-from probe.keys import KeyRing
+from probe.keys import KeyRing, generate_key_ring
 from tests.conftest import SLA_PROBE
 
 
@@ -107,3 +110,233 @@ def test_keygen_writes_a_private_key_file(tmp_path: Path) -> None:
 def test_shipped_scenarios_are_valid(scenario: Path) -> None:
     config = load(scenario)
     assert config.kafka.bootstrap_servers
+
+
+# --- Broker list: only an absent setting means "none given" ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("servers", "normalized"),
+    [
+        ("kafka-0:9092", "kafka-0:9092"),
+        (" kafka-0:9092 , kafka-1:9093 ", "kafka-0:9092,kafka-1:9093"),
+        ("kafka", "kafka"),  # no port: the clients' default, 9092
+        ("10.0.0.7:9092,[::1]:9093,[fe80::1]", "10.0.0.7:9092,[::1]:9093,[fe80::1]"),
+    ],
+)
+def test_broker_lists(servers: str, normalized: str) -> None:
+    assert load(overrides={"kafka.bootstrap_servers": servers}).kafka.bootstrap_servers == (
+        normalized
+    )
+
+
+@pytest.mark.parametrize(
+    ("servers", "words"),
+    [
+        ("", "is empty"),
+        ("   ", "is empty"),
+        (" , ", "is empty"),
+        ("host:notaport", "port 'notaport' is not a number"),
+        ("host:", "no port after ':'"),
+        (":9092", "no host"),
+        ("host:0", "outside 1..65535"),
+        ("host:65536", "outside 1..65535"),
+        ("host:-1", "not a number"),
+        ("a:9092,,b:9092", "empty entry"),
+        ("a:9092,", "empty entry"),
+        ("a b:9092", "not a host name"),
+        ("::1:9092", "IPv6 address goes in brackets"),
+        ("[not-v6]:9092", "not an IPv6 address"),
+        ("[::1]9092", "only :port may follow"),
+    ],
+)
+def test_blank_or_malformed_broker_lists_name_the_field(servers: str, words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(overrides={"kafka.bootstrap_servers": servers})
+    assert caught.value.field == "kafka.bootstrap_servers"
+    assert words in caught.value.message
+    assert "\n" not in str(caught.value)
+
+
+def test_an_empty_broker_list_in_the_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "probe.yaml"
+    path.write_text('kafka:\n  bootstrap_servers: ""\n')
+    with pytest.raises(ConfigError, match=r"^kafka\.bootstrap_servers: is empty"):
+        load(path)
+    # Absent or null: no broker given (`once` then starts the embedded one).
+    path.write_text("kafka:\n  bootstrap_servers: null\n")
+    assert load(path).kafka.bootstrap_servers is None
+    assert load().kafka.bootstrap_servers is None
+
+
+# --- Durations: finite, within documented bounds ---------------------------------------
+
+
+@pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-inf", "infinity", "1" + "0" * 400 + "s"])
+def test_durations_are_finite(text: str) -> None:
+    with pytest.raises(ValueError, match="not a finite duration"):
+        parse_duration(text)
+    with pytest.raises(ValueError, match="not a finite duration"):
+        parse_duration(float(text.removesuffix("s")))
+
+
+# Every duration setting: (field, min, max, default). The README's "Limits" table must
+# say the same: it is checked below.
+DURATION_BOUNDS = [
+    ("interval", "1s", "1h", "20s"),
+    ("once.interval", "100ms", "5m", "1s"),
+    ("once.loss_timeout", "1s", "1h", "10s"),
+    ("kafka.send_timeout", "100ms", "5m", "10s"),
+    ("kafka.fetch_max_wait", "1ms", "10s", "100ms"),
+    ("judge.freshness", "10ms", "1h", "5s"),
+    ("judge.loss_timeout", "1s", "24h", "60s"),
+    ("metrics.latency_threshold", "1ms", "1h", "500ms"),
+    ("mqtt.send_timeout", "100ms", "5m", "10s"),
+    ("mqtt.keepalive", "1s", "65535s", "30s"),
+    ("mqtt.session_expiry", "1s", "168h", "5m"),
+    ("sink.trigger", "100ms", "1h", "2s"),
+    ("sink.freshness", "10ms", "24h", "30s"),
+    ("sink.latency_threshold", "1ms", "1h", "5s"),
+    ("sink.allowed_lateness", "1s", "24h", "60s"),
+]
+
+
+def _value(config: object, dotted: str) -> object:
+    for name in dotted.split("."):
+        config = getattr(config, name)
+    return config
+
+
+@pytest.mark.parametrize(("field", "low", "high", "default"), DURATION_BOUNDS)
+def test_duration_bounds(field: str, low: str, high: str, default: str) -> None:
+    # judge.loss_timeout must stay >= judge.freshness, whichever of the two is tried.
+    others = {
+        "judge.loss_timeout": {"judge.freshness": "10ms"},
+        "judge.freshness": {"judge.loss_timeout": "24h"},
+    }
+    base: dict[str, object] = {**others.get(field, {})}
+    assert _value(load(overrides=base), field) == parse_duration(default)
+    for inside in (low, high):
+        assert _value(load(overrides={**base, field: inside}), field) == parse_duration(inside)
+    for outside in (parse_duration(low) * 0.99, parse_duration(high) * 1.01):
+        with pytest.raises(ConfigError) as caught:
+            load(overrides={**base, field: outside})
+        assert caught.value.field == field
+        assert f"must be between {low} and {high}" in caught.value.message
+
+
+def test_the_readme_documents_the_duration_bounds() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    rows = re.findall(r"^\| `([a-z_.]+)` \| (\S+) \| (\S+) \| (\S+) \|$", readme, re.MULTILINE)
+    assert sorted(rows) == sorted(DURATION_BOUNDS)
+
+
+def test_every_duration_setting_is_in_the_table() -> None:
+    durations = {
+        f"{section}.{name}" if section else name
+        for section, model in _sections()
+        for name, info in model.model_fields.items()
+        if any(getattr(m, "func", None) is parse_duration for m in info.metadata)
+    }
+    assert durations == {field for field, *_ in DURATION_BOUNDS}
+
+
+def _sections() -> list[tuple[str, type[BaseModel]]]:
+    found: list[tuple[str, type[BaseModel]]] = [("", ProbeConfig)]
+    for name, info in ProbeConfig.model_fields.items():
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            found.append((name, info.annotation))
+    return found
+
+
+# --- Sections and duplicate keys in the file -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "overrides", "field"),
+    [
+        ("kafka: null\n", {}, "kafka"),
+        ("kafka: 5\n", {}, "kafka"),
+        ("judge: [1, 2]\n", {}, "judge"),
+        ("kafka:\n  tls: yes\n", {}, "kafka.tls"),
+        # An override into a null section must not hide it.
+        ("kafka: null\n", {"kafka.topic": "t"}, "kafka"),
+        ("kafka:\n  tls: off\n", {"kafka.tls.ca_file": "ca.pem"}, "kafka.tls"),
+    ],
+)
+def test_a_section_must_be_a_mapping(
+    tmp_path: Path, yaml_text: str, overrides: dict[str, object], field: str
+) -> None:
+    path = tmp_path / "probe.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as caught:
+        load(path, overrides)
+    assert caught.value.field == field
+    assert caught.value.message.startswith("must be a mapping of settings")
+    assert "Config" not in caught.value.message  # no pydantic model names
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "field", "lines"),
+    [
+        ("interval: 20s\nkafka:\n  topic: a\ninterval: 2s\n", "interval", "lines 1 and 4"),
+        ("kafka:\n  topic: a\n  create_topic: true\n  topic: b\n", "kafka.topic", "lines 2 and 4"),
+        ("kafka:\n  topic: a\nkafka:\n  create_topic: true\n", "kafka", "lines 1 and 3"),
+        ("mqtt:\n  bridge: {topic: a, topic: b}\n", "mqtt.bridge.topic", "lines 2 and 2"),
+    ],
+)
+def test_a_key_given_twice_is_an_error(
+    tmp_path: Path, yaml_text: str, field: str, lines: str
+) -> None:
+    path = tmp_path / "probe.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    assert caught.value.field == field
+    assert caught.value.message == f"given twice in {path} ({lines})"
+
+
+def test_merge_keys_may_override(tmp_path: Path) -> None:
+    path = tmp_path / "probe.yaml"
+    path.write_text("kafka: &k\n  send_timeout: 2s\nmqtt:\n  <<: *k\n  send_timeout: 3s\n")
+    config = load(path)  # a key beside `<<` overrides the merged one: no duplicate
+    assert (config.kafka.send_timeout, config.mqtt.send_timeout) == (2.0, 3.0)
+
+
+# --- Own canaries must pass the size check of every stage -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "words"),
+    [
+        ({"canary.size": 5000, "canary.max_size": 4096}, "canary.size", "above canary.max_size"),
+        ({"canary.size": 1_000_000}, None, None),  # below the default max_size: fine
+        ({"canary.size": 4096, "canary.max_size": 4096}, None, None),  # exactly max_size
+        # Unpadded, this probe's canaries are bigger than max_size.
+        ({"canary.max_size": 256, "probe_id": "p" * 200}, "canary.max_size", "own canaries"),
+        ({"probe_id": "é" * 200}, "probe_id", "at most 255"),
+        ({"target": "t" * 250 + "ü" * 5}, "target", "at most 255"),
+    ],
+)
+def test_own_canaries_must_pass_the_size_check(
+    overrides: dict[str, object], field: str | None, words: str | None
+) -> None:
+    if field is None:
+        load(overrides=overrides)
+        return
+    with pytest.raises(ConfigError) as caught:
+        load(overrides=overrides)
+    assert caught.value.field == field
+    assert words is not None
+    assert words in caught.value.message
+
+
+def test_padded_canaries_at_max_size_are_accepted() -> None:
+    config = load(overrides={"canary.size": 300, "canary.max_size": 300, "probe_id": "p" * 100})
+    ring = generate_key_ring("k" * 32)
+    canary = Canary(
+        config.probe_id, 1, config.target, 0, 1, 1, "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+    )
+    record = encode(canary, ring, pad_to=config.canary.size)
+    assert len(record) == config.canary.max_size
+    assert decode(record, ring, max_size=config.canary.max_size) == canary

@@ -45,6 +45,15 @@ def test_mqtt_urls(url: str, parsed: tuple[str, str, int]) -> None:
         ({"targets": "mqtt"}, "targets", "mqtt.url"),
         ({**BRIDGE, "kafka.bootstrap_servers": None}, "kafka.bootstrap_servers", "bridge"),
         ({**URL, "targets": "kafka,mqtt", "mqtt.target": "kafka"}, "mqtt.target", "differ"),
+        # A blank broker list is an error, not "no bridge Kafka given".
+        ({**BRIDGE, "kafka.bootstrap_servers": " "}, "kafka.bootstrap_servers", "is empty"),
+        ({**URL, "mqtt.keepalive": "inf"}, "mqtt.keepalive", "not a finite duration"),
+        ({**URL, "mqtt.keepalive": "20h"}, "mqtt.keepalive", "between 1s and 65535s"),
+        ({**URL, "mqtt.send_timeout": "nan"}, "mqtt.send_timeout", "not a finite duration"),
+        ({**URL, "mqtt.max_send_rate": "inf"}, "mqtt.max_send_rate", "finite number"),
+        ({**URL, "mqtt.max_send_rate": "nan"}, "mqtt.max_send_rate", "finite number"),
+        ({**URL, "mqtt.target": "ü" * 200}, "mqtt.target", "at most 255"),
+        ({**URL, "mqtt.bridge": "edge"}, "mqtt.bridge", "must be a mapping of settings"),
     ],
 )
 def test_errors_name_the_field(overrides: dict[str, object], field: str, words: str) -> None:

@@ -1,0 +1,182 @@
+"""The `sla-probe` console script on bad input: exit 2, one line naming the setting.
+
+Each test drives the real console script in a subprocess, as a user or a deploy
+pipeline would, and bounds it with a deadline: before these rules, some of these
+inputs hung (`--interval inf`) or passed on the embedded broker.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SLA_PROBE
+
+# A config error is found before any broker is contacted: well within this.
+DEADLINE = 60
+
+NO_BROKER = ["--bootstrap-servers", "127.0.0.1:1"]
+
+
+def sla_probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # The caller's SLA_PROBE_* variables must not leak into what is tested here.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SLA_PROBE_")}
+    return subprocess.run(
+        [SLA_PROBE, *args],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+
+
+def assert_config_error(result: subprocess.CompletedProcess[str], field: str) -> str:
+    """Exit 2, exactly one line on stderr, naming ``field``; returns that line."""
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"sla-probe: config error: {field}: "), lines[0]
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+# --- A blank or malformed broker list never falls back to the embedded broker ----------
+
+
+@pytest.mark.parametrize("servers", ["", "  ", "host:notaport", "a:9092,,b:9092"])
+def test_once_refuses_a_blank_or_malformed_broker_flag(servers: str) -> None:
+    assert_config_error(
+        sla_probe("once", "--bootstrap-servers", servers), "kafka.bootstrap_servers"
+    )
+
+
+def test_once_refuses_an_empty_broker_variable() -> None:
+    result = sla_probe("once", env={"SLA_PROBE_BOOTSTRAP_SERVERS": ""})
+    assert_config_error(result, "kafka.bootstrap_servers")
+
+
+def test_once_refuses_an_empty_broker_list_in_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "probe.yaml"
+    config.write_text('kafka:\n  bootstrap_servers: ""\n')
+    result = sla_probe("once", "--config", str(config))
+    assert_config_error(result, "kafka.bootstrap_servers")
+
+
+def test_run_and_sink_refuse_a_blank_broker_list(tmp_path: Path) -> None:
+    result = sla_probe("run", "--allow-ephemeral-key", env={"SLA_PROBE_BOOTSTRAP_SERVERS": " "})
+    assert_config_error(result, "kafka.bootstrap_servers")
+    result = sla_probe("sink", "--bootstrap-servers", "", "--sink-path", str(tmp_path))
+    assert_config_error(result, "kafka.bootstrap_servers")
+
+
+# --- Durations and numbers: bounded, finite, one line -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "field"),
+    [
+        ("once", ["--interval", "nan"], "once.interval"),
+        ("once", ["--interval", "inf"], "once.interval"),
+        ("once", ["--interval", "1e9"], "once.interval"),
+        ("once", ["--interval", "0.001"], "once.interval"),
+        ("once", ["--fetch-max-wait", "1h"], "kafka.fetch_max_wait"),
+        ("once", ["--send-timeout", "inf"], "kafka.send_timeout"),
+        ("once", ["--rounds", "many"], "once.rounds"),
+        ("run", ["--interval", "0.001"], "interval"),
+        ("run", ["--interval", "inf"], "interval"),
+        ("run", ["--metrics-port", "http"], "metrics.port"),
+        ("run", ["--metrics-port", "70000"], "metrics.port"),
+    ],
+)
+def test_bad_values_exit_two_with_one_line(command: str, args: list[str], field: str) -> None:
+    extra = ["--allow-ephemeral-key"] if command == "run" else []
+    assert_config_error(sla_probe(command, *NO_BROKER, *extra, *args), field)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "field"),
+    [
+        ("kafka: null\n", "kafka"),
+        ("judge: 5s\n", "judge"),
+        ("interval: 20s\nkafka:\n  topic: a\ninterval: 2s\n", "interval"),
+        ("canary:\n  size: 5000\n  max_size: 4096\n", "canary.size"),
+    ],
+)
+def test_bad_files_exit_two_with_one_line(tmp_path: Path, yaml_text: str, field: str) -> None:
+    config = tmp_path / "probe.yaml"
+    config.write_text(yaml_text)
+    line = assert_config_error(sla_probe("once", "--config", str(config)), field)
+    assert "Config" not in line  # no pydantic model names
+
+
+# --- The metrics server's port and host: known only when `run` or `sink` starts ---------
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A loopback port someone else listens on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def test_run_on_a_busy_metrics_port_exits_two(busy_port: int) -> None:
+    result = sla_probe("run", "--metrics-port", str(busy_port), *NO_BROKER, "--allow-ephemeral-key")
+    line = assert_config_error(result, "metrics.port")
+    assert str(busy_port) in line
+
+
+def test_run_on_an_unresolvable_metrics_host_exits_two(tmp_path: Path) -> None:
+    config = tmp_path / "probe.yaml"
+    config.write_text("metrics:\n  host: no-such-host.invalid\n  port: 0\n")
+    result = sla_probe("run", "--config", str(config), *NO_BROKER, "--allow-ephemeral-key")
+    line = assert_config_error(result, "metrics.host")
+    assert "no-such-host.invalid" in line
+
+
+def test_sink_on_a_busy_metrics_port_exits_two(
+    busy_port: int, key_file: Path, tmp_path: Path
+) -> None:
+    # The port is taken before Spark starts: no Spark session is needed to see this.
+    result = sla_probe(
+        "sink", "--metrics-port", str(busy_port), *NO_BROKER,
+        "--sink-path", str(tmp_path / "sink"), "--signing-key-file", str(key_file),
+    )  # fmt: skip
+    assert_config_error(result, "metrics.port")
+
+
+# --- Help and hints that say what applies -----------------------------------------------
+
+
+def test_sink_without_a_key_file_asks_for_the_shared_one(tmp_path: Path) -> None:
+    result = sla_probe("sink", *NO_BROKER, "--sink-path", str(tmp_path / "sink"))
+    line = assert_config_error(result, "signing_key_file")
+    assert "--signing-key-file" in line
+    assert "--allow-ephemeral-key" not in line  # sink has no such flag
+
+
+def test_sink_help_lists_only_the_flags_that_apply() -> None:
+    result = sla_probe("sink", "--help")
+    assert result.returncode == 0, result.stderr
+    for flag in ("--bootstrap-servers", "--topic", "--sink-path", "--signing-key-file"):
+        assert flag in result.stdout
+    for flag in ("--mqtt", "--targets", "--stages", "--interval", "--send-timeout", "--json"):
+        assert flag not in result.stdout
+    # Every flag it lists is one it accepts.
+    assert sla_probe("sink", "--allow-ephemeral-key").returncode == 2
+
+
+def test_once_help_lists_every_exit_code() -> None:
+    result = sla_probe("once", "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "Exit codes:" in text
+    for code in ("0 every canary delivered", "1 SLO failed", "2 usage or configuration error"):
+        assert code in text
