@@ -436,11 +436,16 @@ def test_a_sasl_password_never_goes_into_a_configmap() -> None:
     }
 
 
-def test_the_brokers_are_required() -> None:
+def test_the_brokers_are_required(tmp_path: Path) -> None:
     with pytest.raises(helm.HelmRenderError, match=r"bootstrap_servers \(or config.mqtt.url\)"):
         render({})
     mqtt_only = render({"config": {"mqtt": {"url": "mqtts://mqtt.example:8883"}}})
     assert only(mqtt_only, "Deployment")
+    # The values' empty broker list is left out, not passed on: the probe refuses a
+    # blank one, and it probes only the MQTT target.
+    config = probe_config.load(_config_file(mqtt_only, tmp_path))
+    assert config.kafka.bootstrap_servers is None
+    assert config.targets == ("mqtt",)
 
 
 @pytest.mark.parametrize(
