@@ -243,3 +243,18 @@ def test_unreachable_broker_alive_not_ready_and_stops_in_time(
     took = probe.stop()
     assert probe.process.returncode == 0
     assert took < 5.0
+
+
+def test_stopped_during_a_broker_outage_it_exits_cleanly_in_time(
+    own_broker: EmbeddedBroker, topic: str, key_file: Path, start_probe: Callable[..., RunningProbe]
+) -> None:
+    probe = start_probe(*run_args(own_broker.bootstrap_servers, topic, key_file))
+    wait_for(lambda: probe.canaries("delivered") >= 3, timeout=30, what="canaries delivered")
+    own_broker.stop()
+    wait_for(lambda: http_status(probe.port, "/readyz") == 503, timeout=20, what="not ready")
+    wait_for(lambda: probe.canaries("produce_failed") >= 3, timeout=30, what="the outage measured")
+    took = probe.stop()
+    log = probe.log.read_text()
+    assert probe.process.returncode == 0, log[-3000:]
+    assert took < 5.0
+    assert "Traceback" not in log

@@ -290,6 +290,14 @@ class KafkaTransport:
                     await client.stop()
             except (KafkaError, TimeoutError) as exc:
                 log.debug("close: %s", exc)
+            except asyncio.CancelledError:
+                # A client cancels its own tasks when it stops; one that was waiting
+                # on a broker that is gone re-raises that cancellation out of stop().
+                # Only a cancellation of this task itself must go on.
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+                log.debug("close: a client task was cancelled while stopping")
 
         await asyncio.gather(stop(self._consumer), stop(self._producer))
 
