@@ -276,8 +276,10 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
     Exit codes:
       0  every canary delivered in time at every stage, nothing unexpected seen
       1  SLO failed: a canary late, lost or never acknowledged, an anomaly
-         (duplicate, out of order, invalid record), or nothing measured
+         (duplicate, out of order, invalid record), or nothing measured (the
+         report's error says why: broker unreachable, topic missing)
       2  usage or configuration error: one line on stderr naming the setting
+      130, 143  stopped by SIGINT or SIGTERM before it could report
     """
     from probe.once import run_once  # noqa: PLC0415 - keep `--help` fast
 

@@ -99,7 +99,13 @@ class LoopbackServer:
         return ": " + self._log_file.read_text(errors="replace")[-2000:]
 
     def __enter__(self) -> Self:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            # Interrupted (a signal, Ctrl-C) while waiting for the port: the process
+            # is running and no __exit__ will come to stop it.
+            self.stop()
+            raise
         return self
 
     def __exit__(

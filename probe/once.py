@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from probe.config import ProbeConfig
@@ -35,6 +37,36 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_SLO_FAILED = 1
 EXIT_USAGE = 2
+# Stopped by a signal before it could report: 128 + the signal's number, as a shell
+# reports a process a signal ended (130 for SIGINT, 143 for SIGTERM), so a deploy
+# pipeline tells "interrupted" from "the SLO failed".
+EXIT_SIGNAL_BASE = 128
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived. A BaseException, like KeyboardInterrupt, so that no
+    ``except Exception`` on the way swallows it before the embedded broker is stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM and SIGINT raise :class:`Interrupted` inside the block (the previous
+    handlers are back afterwards): whatever runs there, its context managers and
+    ``finally`` blocks run, the embedded broker's and the Spark session's included."""
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -69,6 +101,7 @@ async def _probe_target(config: ProbeConfig, keyring: KeyRing, kind: str, tally:
     except TransportError as exc:
         log.error("cannot probe %s: %s", tally.target, exc)
         tally.stages.clear()
+        tally.error = str(exc)
 
 
 async def _probe_target_rounds(
@@ -179,10 +212,15 @@ def _fates(stage: StageTally) -> int:
 def run_once(config: ProbeConfig, keyring: KeyRing, *, as_json: bool) -> int:
     """The whole `once` command; returns the exit code."""
     try:
-        with broker_for(config) as probed:
+        with interruptible(), broker_for(config) as probed:
             report = asyncio.run(probe_once(probed, keyring))
+    except Interrupted as stop:
+        log.error("interrupted by %s: no report", stop)
+        return EXIT_SIGNAL_BASE + stop.signum
     except TransportError as exc:  # the embedded broker did not start
         log.error("cannot probe %s: %s", config.target, exc)
-        report = Report([Tally(target_name(config, kind)) for kind in config.targets])
+        report = Report(
+            [Tally(target_name(config, kind), error=str(exc)) for kind in config.targets]
+        )
     print(report.to_json() if as_json else report.to_table())
     return EXIT_OK if report.ok else EXIT_SLO_FAILED

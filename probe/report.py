@@ -124,7 +124,7 @@ class Tally:
             "ooo",
             "result",
         )
-        rows = [header]
+        rows = [header] if self.stages else []
         for name, t in sorted(self.stages.items()):
             d = t.as_dict()
             latency = d["latency_ms"]
@@ -144,7 +144,7 @@ class Tally:
                     "OK" if t.ok else "FAIL",
                 )
             )
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        widths = [max((len(row[i]) for row in rows), default=0) for i in range(len(header))]
         lines = [
             "  ".join(
                 cell.ljust(w) if i == 0 else cell.rjust(w)

@@ -25,7 +25,7 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception_type,
-    stop_after_delay,
+    stop_before_delay,
     stop_never,
     wait_exponential,
 )
@@ -132,13 +132,15 @@ class TargetProbe:
         self.producer: CanaryProducer | None = None
         self.partitions: list[int] = []
         self._refreshing: asyncio.Task[list[int]] | None = None
-        self._ready = False
+        # None until the first outcome of connecting is known: the first state, ready
+        # or not, is logged (a topic missing from the start must not go unsaid).
+        self._ready: bool | None = None
         self._reason = "not connected yet"
 
     # -- readiness -------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, str]:
-        return self._ready, self._reason
+        return bool(self._ready), self._reason
 
     def _set_ready(self, ready: bool, reason: str) -> None:
         if ready != self._ready:
@@ -156,7 +158,7 @@ class TargetProbe:
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(TransportError),
             wait=wait_exponential(multiplier=0.25, max=30),
-            stop=stop_never if give_up_after is None else stop_after_delay(give_up_after),
+            stop=stop_never if give_up_after is None else stop_before_delay(give_up_after),
             before_sleep=self._log_retry,
             reraise=True,
         )
@@ -236,12 +238,14 @@ class TargetProbe:
                     partitions = await transport.partitions()
                 if partitions and any(s.name not in self._readers for s in self.stages):
                     await transport.cover(partitions)
-        except (TransportError, TimeoutError) as exc:
-            prefix = "" if self.kind == "mqtt" else "metadata refresh failed: "
-            self._set_ready(False, f"{prefix}{exc or 'timeout'}")
+        except TimeoutError:
+            self._set_ready(False, f"no answer from the broker within {timeout:g}s")
+            return self.partitions
+        except TransportError as exc:
+            self._set_ready(False, str(exc))
             return self.partitions
         if not partitions:
-            self._set_ready(False, f"topic {kafka.topic} not found")
+            self._set_ready(False, self._missing_topic())
             return self.partitions
         if partitions != self.partitions:
             log.info("target %s: partitions %s", self.target, partitions)
@@ -274,6 +278,13 @@ class TargetProbe:
             return f"{stage}: topic {bridge_config(self.config).kafka.topic} not found"
         problem = reader.read_problem()
         return f"{stage}: {problem}" if problem else ""
+
+    def _missing_topic(self) -> str:
+        topic = self.config.kafka.topic
+        return (
+            f"topic {topic} not found: create it, or let the probe create it "
+            "(--create-topic, kafka.create_topic: true)"
+        )
 
     def _describe(self, partitions: Sequence[int]) -> str:
         if self.kind == "mqtt":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -209,7 +210,80 @@ def test_once_exits_one_when_the_broker_is_unreachable(topic: str) -> None:
         env={**os.environ, "SLA_PROBE_SEND_TIMEOUT": "1s"},
     )
     assert result.returncode == 1
-    assert json.loads(result.stdout)["ok"] is False
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    assert report["error"].startswith("cannot connect to 127.0.0.1:")
+
+
+def test_once_on_a_missing_topic_says_why_and_how_to_fix_it(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    result = subprocess.run(
+        [SLA_PROBE, "once", "--json", "--bootstrap-servers", broker.bootstrap_servers,
+         "--topic", topic],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    assert report["error"] == (
+        f"topic {topic} not found: create it, or let the probe create it "
+        "(--create-topic, kafka.create_topic: true)"
+    )
+    table = subprocess.run(
+        [SLA_PROBE, "once", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert f"error: topic {topic} not found: create it" in table.stdout
+    assert table.stdout.rstrip().endswith("result: FAIL")
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return set()
+    return {int(child) for child in text.split()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_once_stopped_by_a_signal_stops_its_broker_and_says_so(
+    signum: signal.Signals, code: int
+) -> None:
+    process = subprocess.Popen(
+        [SLA_PROBE, "once", "--rounds", "100", "--interval", "1s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        broker_pids = wait_for(
+            lambda: _children(process.pid), timeout=30, what="the embedded broker started"
+        )
+        # Rounds under way: the broker is up and the probe is producing.
+        wait_for(lambda: process.poll() is None, timeout=1, what="once running")
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == code, err
+    assert "Aborted!" not in err + out
+    assert "Traceback" not in err
+    assert f"interrupted by {signum.name}" in err
+    wait_for(
+        lambda: not any(_alive(pid) for pid in broker_pids),
+        timeout=10,
+        what="the embedded broker stopped, not orphaned",
+    )
 
 
 @pytest.mark.parametrize(

@@ -130,7 +130,9 @@ class KafkaTransport:
     async def partitions(self) -> list[int]:
         client = self._producer.client
         if not await client.force_metadata_update():
-            raise TransportError("metadata refresh failed")
+            raise TransportError(
+                f"metadata refresh failed: no broker of {self._config.bootstrap_servers} answered"
+            )
         found = client.cluster.partitions_for_topic(self._topic)
         return sorted(found) if found else []
 
