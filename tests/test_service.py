@@ -332,3 +332,24 @@ def test_stopped_during_a_broker_outage_it_exits_cleanly_in_time(
     assert probe.process.returncode == 0, log[-3000:]
     assert took < 5.0
     assert "Traceback" not in log
+
+
+def test_run_on_a_missing_topic_says_so_once_and_when_it_recovers(
+    broker: EmbeddedBroker, topic: str, key_file: Path, start_probe: Callable[..., RunningProbe]
+) -> None:
+    args = [a for a in run_args(broker.bootstrap_servers, topic, key_file) if a != "--create-topic"]
+    probe = start_probe(*args)
+
+    def said(text: str) -> list[str]:
+        return [line for line in probe.log.read_text().splitlines() if text in line]
+
+    missing = f"target kafka: topic {topic} not found: create it"
+    wait_for(lambda: said(missing), timeout=20, what="the missing topic logged")
+    wait_for(lambda: http_status(probe.port, "/readyz") == 503, timeout=10, what="not ready")
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    producer.produce(topic, b"creates the topic", partition=0)  # the broker auto-creates it
+    assert producer.flush(10) == 0
+    # The broker picks the partition count of a topic it creates by itself.
+    wait_for(lambda: said(f"target kafka: topic {topic}: "), timeout=20, what="recovery logged")
+    wait_for(lambda: probe.canaries("delivered") >= 3, timeout=20, what="canaries delivered")
+    assert len(said(missing)) == 1
