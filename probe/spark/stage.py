@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TextIO
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
@@ -97,6 +99,32 @@ def spark_output(spark_log: str | None, sink_path: str) -> str | None:
     if url.scheme == "":
         return os.path.join(sink_path, "spark.log")
     return os.devnull
+
+
+class SinkProgress:
+    """Says on a terminal that the sink stage is starting, then that it is ready.
+
+    Spark's start and the warm-up take ~25 s without a line from the probe. Only a
+    terminal gets these notes: on a pipe or a log collector stderr stays the probe's
+    JSON log lines. ``--json`` does not turn them off: they never reach stdout.
+    """
+
+    def __init__(
+        self, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._stream = sys.stderr if stream is None else stream
+        self._clock = clock
+        self._since = clock()
+        self._shown = self._stream.isatty()
+        self._say("starting Spark for the sink stage...")
+
+    def ready(self) -> None:
+        self._say(f"sink stage ready ({self._clock() - self._since:.0f}s)")
+
+    def _say(self, note: str) -> None:
+        if self._shown:
+            self._stream.write(note + "\n")
+            self._stream.flush()
 
 
 def _check_writable(path: str, *, explicit: bool) -> None:
