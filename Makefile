@@ -13,9 +13,9 @@ DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mos
   prometheus-alertmanager:prometheus-alertmanager
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test setup system-deps python-deps lint bench lock rules clean
+.PHONY: demo test setup system-deps python-deps demo-deps uv lint bench lock rules clean
 
-demo: python-deps
+demo: demo-deps
 	$(VENV)/bin/sla-probe once --stages consumer,sink
 
 test: setup
@@ -35,10 +35,17 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-# Every Python package comes from uv.lock, exactly.
-python-deps:
-	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+# Every Python package comes from uv.lock, exactly. `uv sync` makes the venv match
+# what is asked, so after `make demo` the next `make test` adds the dev group back.
+python-deps: uv
 	$(UV) sync --frozen --all-extras --python $(PYTHON)
+
+# The demo needs the runtime and the Spark extra only: no test or lint tools, no Helm.
+demo-deps: uv
+	$(UV) sync --frozen --no-dev --extra spark --python $(PYTHON)
+
+uv:
+	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
 
 lint: python-deps
 	$(VENV)/bin/ruff check .

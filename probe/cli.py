@@ -134,6 +134,15 @@ def _sink_path() -> Callable[[F], F]:
     return _option("sink-path", "sink.path", "Sink tables and checkpoint (Spark sink stage).")
 
 
+def _spark_log() -> Callable[[F], F]:
+    return _option(
+        "spark-log",
+        "sink.spark_log",
+        "File for Spark's own output (JVM log, workers' prints); - for stderr.",
+        metavar="FILE",
+    )
+
+
 def _target() -> Callable[[F], F]:
     return _option("target", "target", "Name of the probed pipeline (the `target` label).")
 
@@ -164,6 +173,7 @@ def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
                 "stages", "stages", "Kafka stages: consumer, and sink (Spark), e.g. consumer,sink."
             ),
             _sink_path(),
+            _spark_log(),
             _option("interval", interval_path, interval_help),
             _option("probe-id", "probe_id", "This probe instance's id (default: host name)."),
             _target(),
@@ -339,6 +349,7 @@ def run(config_file: Path | None, **flags: Any) -> None:
     _bootstrap_servers(),
     _topic(),
     _sink_path(),
+    _spark_log(),
     _target(),
     _signing_key_file(),
     _log_level(),

@@ -438,6 +438,11 @@ class SinkConfig(_Section):
     allowed_lateness: Annotated[Duration, _between(1.0, DAY)] = 60.0
     max_records_per_batch: int | None = Field(default=10_000, ge=1)
     starting_offsets: Literal["latest", "earliest"] = "latest"
+    # Where Spark's own output goes (its JVM's log lines, its Python workers' prints),
+    # appended, when the probe starts Spark itself; "-" leaves it on stderr. Unset:
+    # spark.log in `path` when that is a local directory (`once`'s temporary one is
+    # removed at exit), else discarded. Under spark-submit it stays spark-submit's.
+    spark_log: str | None = Field(default=None, min_length=1)
 
 
 class ProbeConfig(_Section):

@@ -30,7 +30,9 @@ def configure(level: str) -> None:
     root.setLevel(level.upper())
     # Client libraries log every reconnect attempt at ERROR; the probe reports an
     # outage once, as a readiness change, so their lines only help when debugging.
-    for noisy in ("aiokafka", "kafka"):
+    # py4j (the sink's bridge to Spark's JVM) logs each connection it opens and closes;
+    # a JVM that is gone is reported by the sink stage itself.
+    for noisy in ("aiokafka", "kafka", "py4j"):
         logging.getLogger(noisy).setLevel(
             root.level if root.level <= logging.DEBUG else logging.CRITICAL
         )

@@ -155,13 +155,15 @@ async def _start_sink(
     late for a cold start, not for the pipeline. So warm-up canaries, under a probe
     id of their own, go through first; the report counts only this run's.
     """
-    from probe.spark.stage import SparkSinkStage  # noqa: PLC0415 - Spark only when asked
+    from probe.spark.stage import SinkProgress, SparkSinkStage  # noqa: PLC0415 - Spark only when asked
 
     tally.declare_stage(SINK_STAGE)
     sink = SparkSinkStage(config, keyring, [OwnCanaries(tally, config.probe_id)])
+    progress = SinkProgress()  # on a terminal only: Spark's start is ~25 s of silence
     await sink.start()
     assert target.transport is not None
     await sink.warm_up(target.transport.send, target.partitions, config.probe_id)
+    progress.ready()
     return sink
 
 

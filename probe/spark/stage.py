@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TextIO
+from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 from py4j.protocol import Py4JError
@@ -25,6 +29,7 @@ from probe.judge import StreamKey
 from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics
 from probe.spark.health import SparkHealth
+from probe.spark.session import starts_own_jvm
 from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
 from probe.stage import SINK_STAGE, Recorder
 
@@ -77,6 +82,63 @@ def sink_settings(config: ProbeConfig, path: str) -> SinkSettings:
     )
 
 
+def spark_output(spark_log: str | None, sink_path: str) -> str | None:
+    """The file Spark's own output goes to (``sink.spark_log``), None for stderr.
+
+    Unset: ``spark.log`` beside the sink's tables when they are on a local disk, else
+    (``s3a://``, ``hdfs://``...) nowhere. Spark's lines are not the probe's: on
+    stderr they break a log pipeline that parses the probe's JSON lines.
+    """
+    if spark_log == "-":
+        return None
+    if spark_log is not None:
+        return spark_log
+    url = urlsplit(sink_path)
+    if url.scheme == "file":
+        return os.path.join(url.path, "spark.log")
+    if url.scheme == "":
+        return os.path.join(sink_path, "spark.log")
+    return os.devnull
+
+
+class SinkProgress:
+    """Says on a terminal that the sink stage is starting, then that it is ready.
+
+    Spark's start and the warm-up take ~25 s without a line from the probe. Only a
+    terminal gets these notes: on a pipe or a log collector stderr stays the probe's
+    JSON log lines. ``--json`` does not turn them off: they never reach stdout.
+    """
+
+    def __init__(
+        self, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._stream = sys.stderr if stream is None else stream
+        self._clock = clock
+        self._since = clock()
+        self._shown = self._stream.isatty()
+        self._say("starting Spark for the sink stage...")
+
+    def ready(self) -> None:
+        self._say(f"sink stage ready ({self._clock() - self._since:.0f}s)")
+
+    def _say(self, note: str) -> None:
+        if self._shown:
+            self._stream.write(note + "\n")
+            self._stream.flush()
+
+
+def _check_writable(path: str, *, explicit: bool) -> None:
+    """Fail before Spark starts, naming the setting, if its log cannot be written."""
+    try:
+        if not explicit:  # spark.log in the sink's directory, which Spark creates anyway
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        field = "sink.spark_log" if explicit else "sink.path"
+        raise ConfigError(field, f"cannot write Spark's log {path}: {exc.strerror}") from exc
+
+
 class SparkSinkStage:
     """Owns the Spark session and the sink query for one Kafka target."""
 
@@ -97,6 +159,13 @@ class SparkSinkStage:
             self._temp = tempfile.TemporaryDirectory(prefix="sla-sink-")
             path = self._temp.name
         self.settings = sink_settings(config, path)
+        self.spark_output: str | None = None
+        if starts_own_jvm():
+            self.spark_output = spark_output(config.sink.spark_log, path)
+            if self.spark_output is not None:
+                _check_writable(self.spark_output, explicit=config.sink.spark_log is not None)
+        elif config.sink.spark_log not in (None, "-"):
+            log.warning("sink.spark_log ignored: Spark's output is spark-submit's here")
         self._config = config
         self._keyring = keyring
         self._recorders = recorders
@@ -123,12 +192,16 @@ class SparkSinkStage:
         positioned = await asyncio.to_thread(self.job.wait_for_batches, 1, FIRST_BATCH_TIMEOUT)
         if not positioned:
             raise TimeoutError(f"sink query made no batch within {FIRST_BATCH_TIMEOUT:g}s")
-        log.info("sink stage running: tables under %s", self.settings.path)
+        log.info(
+            "sink stage running: tables under %s, Spark's own output %s",
+            self.settings.path,
+            self.spark_output or "on stderr",
+        )
 
     def _start_blocking(self) -> SinkJob:
         from probe.spark.session import sink_session  # noqa: PLC0415 - Spark starts here
 
-        spark = sink_session(self._config.sink.master)
+        spark = sink_session(self._config.sink.master, spark_output=self.spark_output)
         job = SinkJob(
             spark,
             self.settings,

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 from probe.embedded import EmbeddedBroker
 from tests.conftest import SLA_PROBE
 
 
-def test_once_with_the_sink_stage_exits_zero() -> None:
+def test_once_with_the_sink_stage_exits_zero_and_keeps_spark_off_stderr(tmp_path: Path) -> None:
+    spark_log = tmp_path / "spark.log"
     result = subprocess.run(
-        [SLA_PROBE, "once", "--stages", "consumer,sink", "--json"],
+        [SLA_PROBE, "once", "--stages", "consumer,sink", "--json", "--spark-log", str(spark_log)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -22,6 +24,16 @@ def test_once_with_the_sink_stage_exits_zero() -> None:
     assert report["ok"] is True
     for stage in ("consumer", "sink"):
         assert report["stages"][stage]["outcomes"]["delivered"] == 9
+    # stderr is the probe's JSON log lines and nothing else (none at all on a pass).
+    for line in result.stderr.splitlines():
+        entry = json.loads(line)
+        assert set(entry) >= {"ts", "level", "logger", "msg"}, line
+        assert entry["logger"].startswith("probe"), line
+    # Spark's own output was kept, not lost: its JVM's start-up lines and the prints
+    # of its Python workers (the stateful judge's driver-side worker).
+    kept = spark_log.read_text()
+    assert "log4j" in kept
+    assert "TransformWithStateInPandas Python worker" in kept
 
 
 def test_run_with_the_sink_needs_a_durable_path(broker: EmbeddedBroker, topic: str) -> None:

@@ -1,0 +1,94 @@
+"""Where the sink's Spark output goes, and the progress notes of `once` on a terminal.
+No Spark is started here."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from probe.config import ProbeConfig
+from probe.errors import ConfigError
+from probe.keys import KeyRing
+from probe.spark.stage import SinkProgress, SparkSinkStage, spark_output
+
+
+@pytest.mark.parametrize(
+    ("spark_log", "sink_path", "expected"),
+    [
+        (None, "/data/sla-sink", "/data/sla-sink/spark.log"),
+        (None, "file:///data/sla-sink", "/data/sla-sink/spark.log"),
+        (None, "s3a://bucket/sla-sink", os.devnull),
+        ("/var/log/spark.log", "s3a://bucket/sla-sink", "/var/log/spark.log"),
+        ("-", "/data/sla-sink", None),
+    ],
+)
+def test_spark_output_follows_the_setting_then_the_sink_path(
+    spark_log: str | None, sink_path: str, expected: str | None
+) -> None:
+    assert spark_output(spark_log, sink_path) == expected
+
+
+RING = KeyRing({"k1": b"0123456789abcdef"}, active="k1")
+
+
+def _config(**sink: str) -> ProbeConfig:
+    return ProbeConfig.model_validate(
+        {"kafka": {"bootstrap_servers": "127.0.0.1:9092"}, "sink": sink}
+    )
+
+
+def test_an_unwritable_spark_log_is_a_config_error_before_spark_starts(tmp_path: Path) -> None:
+    config = _config(path=str(tmp_path), spark_log=f"{tmp_path}/missing/spark.log")
+    with pytest.raises(ConfigError, match=r"^sink\.spark_log: cannot write Spark's log"):
+        SparkSinkStage(config, RING, [])
+
+
+def test_spark_submit_keeps_spark_output_where_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    # spark-submit hands its JVM to the Python driver through this variable.
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")
+    config = _config(path="/nonexistent/sla-sink", spark_log="/nonexistent/spark.log")
+    assert SparkSinkStage(config, RING, []).spark_output is None
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def terminal() -> Iterator[tuple[io.TextIOWrapper, int]]:
+    """A real terminal (a pseudo-terminal's far end) and the fd its output is read on."""
+    controller, device = os.openpty()
+    with open(device, "w", encoding="utf-8") as stream:
+        yield stream, controller
+    os.close(controller)
+
+
+def test_progress_on_a_terminal_says_starting_then_ready(
+    terminal: tuple[io.TextIOWrapper, int],
+) -> None:
+    stream, controller = terminal
+    clock = FakeClock()
+    progress = SinkProgress(stream, clock=clock)
+    clock.now += 24.6
+    progress.ready()
+    written = os.read(controller, 4096).decode().replace("\r\n", "\n")
+    assert written == "starting Spark for the sink stage...\nsink stage ready (25s)\n"
+
+
+def test_progress_off_a_terminal_writes_nothing() -> None:
+    captured = io.StringIO()
+    SinkProgress(captured).ready()
+    assert captured.getvalue() == ""
+    read_end, write_end = os.pipe()
+    with open(write_end, "w", encoding="utf-8") as pipe:
+        SinkProgress(pipe).ready()
+    with open(read_end, encoding="utf-8") as reader:
+        assert reader.read() == ""
