@@ -301,7 +301,12 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
         return
     logs.configure(config.log_level if config.log_level != "info" else "warning")
     tracing.install_tracer_provider()
-    sys.exit(run_once(config, keyring.ring, as_json=bool(json)))
+    try:
+        code = run_once(config, keyring.ring, as_json=bool(json))
+    except ConfigError as error:  # found only once running: the Spark log file
+        _fail_config(error)
+        return
+    sys.exit(code)
 
 
 @main.command()

@@ -6,8 +6,9 @@ rest of the probe handles a small, documented set::
     ProbeError
     ├── ConfigError          a bad setting; the CLI exits 2 with one line naming the field
     ├── CanaryRejected       bytes that are not a valid canary, with the reason
-    └── TransportError       the broker could not be reached or refused an operation
-        └── ProduceFailed    one canary was not acknowledged, with the reason
+    ├── TransportError       the broker could not be reached or refused an operation
+    │   └── ProduceFailed    one canary was not acknowledged, with the reason
+    └── StageFailed          a stage could not start (the Spark sink's JVM, say)
 """
 
 from __future__ import annotations
@@ -71,3 +72,7 @@ class ProduceFailed(TransportError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class StageFailed(ProbeError):
+    """A stage could not start, e.g. the Spark sink without a Java runtime."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from probe.config import ProbeConfig
 from probe.embedded import EmbeddedBroker
-from probe.errors import RejectReason, TransportError
+from probe.errors import ConfigError, ProbeError, RejectReason, TransportError
 from probe.judge import Finding, Outcome
 from probe.keys import KeyRing
 from probe.report import Report, StageTally, Tally
@@ -95,13 +95,15 @@ async def probe_once(config: ProbeConfig, keyring: KeyRing) -> Report:
 
 
 async def _probe_target(config: ProbeConfig, keyring: KeyRing, kind: str, tally: Tally) -> None:
-    """Fill one target's tally; a target that cannot be reached leaves it empty."""
+    """Fill one target's tally; a target that cannot be probed says why in its error."""
     try:
         await _probe_target_rounds(config, keyring, kind, tally)
-    except TransportError as exc:
+    except ConfigError:
+        raise  # a setting found bad only now (the Spark log file): exit 2, not 1
+    except (ProbeError, TimeoutError) as exc:
         log.error("cannot probe %s: %s", tally.target, exc)
         tally.stages.clear()
-        tally.error = str(exc)
+        tally.error = str(exc) or type(exc).__name__
 
 
 async def _probe_target_rounds(
@@ -113,14 +115,17 @@ async def _probe_target_rounds(
         tally.declare_stage(stage.name)
     # Give the broker as long as one canary may take before calling the run failed.
     await target.connect(give_up_after=once.loss_timeout)
-    if not target.partitions:
-        await target.close()
-        raise TransportError(target.readiness()[1])
-    sink = None
-    if kind == "kafka" and SINK_STAGE in config.stages:
-        sink = await _start_sink(config, keyring, tally, target)
-    consumer = asyncio.create_task(target.consume())
-    try:
+    async with contextlib.AsyncExitStack() as cleanup:
+        # Stopped in reverse order, whatever fails on the way: the sink, the stage's
+        # reading, then the clients.
+        cleanup.push_async_callback(target.close)
+        if not target.partitions:
+            raise TransportError(target.readiness()[1])
+        sink = None
+        if kind == "kafka" and SINK_STAGE in config.stages:
+            sink = await _start_sink(config, keyring, tally, target, cleanup)
+        consumer = asyncio.create_task(target.consume())
+        cleanup.push_async_callback(_cancelled, consumer)
         start = time.monotonic()
         for round_no in range(once.rounds):
             delay = start + round_no * once.interval - time.monotonic()
@@ -136,33 +141,43 @@ async def _probe_target_rounds(
         target.expire(time.time_ns())
         if sink is not None:
             await _await_sink(config, tally)
-    finally:
-        if sink is not None:
-            await sink.stop()
-        consumer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await consumer
-        await target.close()
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _start_sink(
-    config: ProbeConfig, keyring: KeyRing, tally: Tally, target: TargetProbe
+    config: ProbeConfig,
+    keyring: KeyRing,
+    tally: Tally,
+    target: TargetProbe,
+    cleanup: contextlib.AsyncExitStack,
 ) -> SparkSinkStage:
     """Start the Spark sink, position its source and warm it up, before producing.
 
     The first batch that carries data also starts Spark's Python workers for the
     decoder and the judge (~15 s here): canaries produced before that would be judged
     late for a cold start, not for the pipeline. So warm-up canaries, under a probe
-    id of their own, go through first; the report counts only this run's.
+    id of their own, go through first; the report counts only this run's. The sink is
+    stopped by ``cleanup``, also when it fails to start.
     """
     from probe.spark.stage import SinkProgress, SparkSinkStage  # noqa: PLC0415 - Spark only when asked
 
     tally.declare_stage(SINK_STAGE)
     sink = SparkSinkStage(config, keyring, [OwnCanaries(tally, config.probe_id)])
+    cleanup.push_async_callback(sink.stop)
     progress = SinkProgress()  # on a terminal only: Spark's start is ~25 s of silence
-    await sink.start()
-    assert target.transport is not None
-    await sink.warm_up(target.transport.send, target.partitions, config.probe_id)
+    try:
+        await sink.start()
+        assert target.transport is not None
+        await sink.warm_up(target.transport.send, target.partitions, config.probe_id)
+    except (TimeoutError, ProbeError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise TransportError(f"sink stage did not start: {exc}") from exc
     progress.ready()
     return sink
 

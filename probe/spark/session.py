@@ -11,6 +11,8 @@ from pyspark.errors import PySparkRuntimeError
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
+from probe.errors import StageFailed
+
 # RocksDB keeps transformWithState's state off the JVM heap and is the provider the
 # stateful operator is built for. The larger driver thread stack avoids a
 # StackOverflowError Spark can hit formatting an interrupt while a query stops
@@ -84,7 +86,7 @@ def _start_context(settings: dict[str, str], spark_output: str) -> None:
                 if spark_output != os.devnull
                 else "its output was discarded: set sink.spark_log (--spark-log) to see why"
             )
-            raise RuntimeError(f"Spark's JVM did not start; {why}") from exc
+            raise StageFailed(f"Spark's JVM did not start; {why}") from exc
     SparkContext(conf=conf, gateway=gateway)
 
 

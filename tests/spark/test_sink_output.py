@@ -4,7 +4,9 @@ No Spark is started here."""
 from __future__ import annotations
 
 import io
+import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from probe.config import ProbeConfig
 from probe.errors import ConfigError
 from probe.keys import KeyRing
 from probe.spark.stage import SinkProgress, SparkSinkStage, spark_output
+from tests.conftest import SLA_PROBE
 
 
 @pytest.mark.parametrize(
@@ -92,3 +95,21 @@ def test_progress_off_a_terminal_writes_nothing() -> None:
         SinkProgress(pipe).ready()
     with open(read_end, encoding="utf-8") as reader:
         assert reader.read() == ""
+
+
+def test_once_whose_sink_cannot_start_says_why_and_stops_cleanly() -> None:
+    """No Java runtime: the report's error says so, one exit code, no traceback."""
+    result = subprocess.run(
+        [SLA_PROBE, "once", "--stages", "consumer,sink", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "JAVA_HOME": "/nonexistent-java"},
+    )
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["error"].startswith("sink stage did not start: Spark's JVM did not start")
+    assert "/nonexistent-java/bin/java" in report["error"]
+    assert "Traceback" not in result.stderr
+    assert "Unclosed" not in result.stderr
