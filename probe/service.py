@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from probe.config import ProbeConfig
 from probe.errors import ProbeError
-from probe.http import MetricsServer, build_app
+from probe.endpoints import MetricsServer, build_app
 from probe.keyfile import KeyRingSource
 from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics

@@ -1,8 +1,9 @@
 """Tracing: every canary carries the W3C trace context of the span that produced it.
 
-A stage that reads a canary starts its own span as a child of that context, so a
-trace backend shows produce and arrival of one canary as one trace, across
-processes (the Spark sink) and protocols (MQTT to Kafka bridges).
+The consumer, MQTT and bridge stages start an arrival span as a child of that
+context, so a trace backend shows produce and arrival of one canary as one trace,
+across protocols (MQTT to Kafka bridges). The Spark sink records no span yet: it
+keeps each canary's context in its table (``trace_context``).
 
 The SDK's tracer provider is always installed, so canaries always carry a valid
 trace id (useful in logs even without a backend); spans are exported only when the

@@ -13,7 +13,7 @@ import contextlib
 import logging
 
 from probe.config import ProbeConfig
-from probe.http import MetricsServer, build_app
+from probe.endpoints import MetricsServer, build_app
 from probe.keys import KeyRing
 from probe.service import service_metrics, stop_on_signals
 from probe.spark.stage import SparkSinkStage
