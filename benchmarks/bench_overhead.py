@@ -32,12 +32,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from probe import tracing
-from probe.config import load
+from probe.config import StageName, load
 from probe.embedded import EmbeddedBroker
 from probe.judge import Finding
 from probe.keys import generate_key_ring
 from probe.report import Tally
-from probe.target import CONSUMER_STAGE, TargetProbe
+from probe.target import TargetProbe
 
 TARGET_MS = 1.0
 PARTITIONS = 3
@@ -138,7 +138,7 @@ async def probe_block(servers: str, topic: str, wait_ms: int, samples: int) -> l
         await target.close()
     if not tally.ok:  # a lost, late or invalid canary: the probe is broken here
         raise SystemExit(f"probe block {topic} not ok: {tally.to_json()}")
-    return tally.stages[CONSUMER_STAGE].latencies_ms[WARMUP:]
+    return tally.stages[StageName.CONSUMER].latencies_ms[WARMUP:]
 
 
 async def compare(servers: str, wait_ms: int, blocks: int, samples: int) -> None:

@@ -65,7 +65,7 @@ from pyspark.sql import SparkSession
 
 from probe import tracing
 from probe.canary import Canary, encode
-from probe.config import load
+from probe.config import StageName, load
 from probe.embedded import EmbeddedBroker
 from probe.judge import Fate, Finding, Outcome
 from probe.keys import KeyRing, generate_key_ring
@@ -75,8 +75,7 @@ from probe.spark.health import SparkHealth, parse_spark_time
 from probe.spark.session import sink_session
 from probe.spark.sink import SinkJob
 from probe.spark.stage import SparkSinkStage, sink_settings
-from probe.stage import SINK_STAGE
-from probe.target import CONSUMER_STAGE, TargetProbe
+from probe.target import TargetProbe
 
 MASTER = "local[2]"
 BACKLOG_PARTITIONS = 4
@@ -229,11 +228,11 @@ async def steady(servers: str, options: argparse.Namespace) -> None:
             round_ns.append(time.time_ns())
             await probe.produce_round()
         produced_s = time.monotonic() - start
-        consumer_tally = tally.stages.get(CONSUMER_STAGE, StageTally())
+        consumer_tally = tally.stages.get(StageName.CONSUMER, StageTally())
         produced = rounds * options.partitions - consumer_tally.outcomes[Outcome.PRODUCE_FAILED]
-        tally.expect(SINK_STAGE, produced)
+        tally.expect(StageName.SINK, produced)
         if not await asyncio.to_thread(tally.reached.wait, DRAIN_TIMEOUT):
-            print(f"  ! sink fates {tally.fates(SINK_STAGE)} of {produced} after drain")
+            print(f"  ! sink fates {tally.fates(StageName.SINK)} of {produced} after drain")
         batches = await asyncio.to_thread(_settled_progress, job, first_batch, produced)
     finally:
         await stage.stop()
@@ -268,8 +267,8 @@ def _report_steady(
     options: argparse.Namespace,
 ) -> None:
     trigger_ms = options.trigger * 1000
-    consumer = tally.stages.get(CONSUMER_STAGE, StageTally())
-    sink = tally.stages.get(SINK_STAGE, StageTally())
+    consumer = tally.stages.get(StageName.CONSUMER, StageTally())
+    sink = tally.stages.get(StageName.SINK, StageTally())
     loaded = [p for p in batches if _records(p) > 0]
     if loaded:
         took = [p.durationMs.get("triggerExecution", 0) / 1000 for p in loaded]
@@ -300,7 +299,7 @@ def _report_steady(
     if loaded:
         first_end_ns = _started_ns(loaded[0]) + loaded[0].durationMs["triggerExecution"] * 10**6
         warm_from = next((i for i, ns in enumerate(round_ns) if ns >= first_end_ns), warm_from)
-    warm = [ms for seq, ms in tally.latency_by_seq.get(SINK_STAGE, []) if seq >= warm_from]
+    warm = [ms for seq, ms in tally.latency_by_seq.get(StageName.SINK, []) if seq >= warm_from]
     figures = {"all": sink.latencies_ms, "warm": warm}
     for name, values in figures.items():
         label = "sink latency" if name == "all" else f"sink, rounds {warm_from}+"
@@ -410,7 +409,7 @@ def backlog(spark: SparkSession, servers: str, options: argparse.Namespace) -> N
         }
     )
     tally = _Signalling(target)
-    tally.expect(SINK_STAGE, count)
+    tally.expect(StageName.SINK, count)
     with tempfile.TemporaryDirectory(prefix="bench-sink-backlog-") as path:
         settings = sink_settings(config, path)
         health = SparkHealth(CollectorRegistry(), target, options.trigger)
@@ -420,8 +419,8 @@ def backlog(spark: SparkSession, servers: str, options: argparse.Namespace) -> N
         try:
             if not tally.reached.wait(BACKLOG_TIMEOUT):
                 raise SystemExit(
-                    f"backlog: {tally.fates(SINK_STAGE)} of {count} sink fates "
-                    f"after {BACKLOG_TIMEOUT:g} s: {_outcomes(tally.stages.get(SINK_STAGE))}"
+                    f"backlog: {tally.fates(StageName.SINK)} of {count} sink fates "
+                    f"after {BACKLOG_TIMEOUT:g} s: {_outcomes(tally.stages.get(StageName.SINK))}"
                 )
             batches = _settled_progress(job, 0, count)
         finally:
@@ -429,7 +428,7 @@ def backlog(spark: SparkSession, servers: str, options: argparse.Namespace) -> N
 
     done_ns = tally.reached_ns
     loaded = [p for p in batches if _records(p) > 0]
-    print(f"  sink stage: {_outcomes(tally.stages.get(SINK_STAGE))}")
+    print(f"  sink stage: {_outcomes(tally.stages.get(StageName.SINK))}")
     for p in loaded:
         took = p.durationMs
         total = took.get("triggerExecution", 0)

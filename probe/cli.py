@@ -27,7 +27,7 @@ import click
 
 from probe import config as config_module
 from probe import logs, tracing
-from probe.config import ProbeConfig
+from probe.config import ProbeConfig, TargetKind
 from probe.errors import ConfigError
 from probe.keyfile import (
     KeyRingSource,
@@ -330,7 +330,7 @@ def run(config_file: Path | None, **flags: Any) -> None:
     try:
         config = _load(config_file, flags)
         keyring = _keyring(config, ephemeral_ok=config.allow_ephemeral_key)
-        if "kafka" in config.targets and not config.kafka.bootstrap_servers:
+        if TargetKind.KAFKA in config.targets and not config.kafka.bootstrap_servers:
             raise ConfigError(
                 "kafka.bootstrap_servers", "required for run (--bootstrap-servers or --mqtt-url)"
             )

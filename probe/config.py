@@ -19,6 +19,7 @@ import ipaddress
 import math
 import re
 import socket
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -39,7 +40,6 @@ from pydantic import (
 from probe.canary import MAX_STRING_BYTES, Canary, encode
 from probe.errors import ConfigError
 from probe.keys import MAX_KID_CHARS, MIN_SECRET_BYTES, KeyRing
-from probe.transport import TRANSPORTS
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -269,7 +269,27 @@ class MqttBridgeConfig(_Section):
     topic: str = Field(min_length=1, max_length=249)
 
 
-MqttStage = Literal["mqtt", "bridge"]
+class TargetKind(StrEnum):
+    """What a target is probed through: the names ``targets:`` takes. This is the one
+    list of kinds; the transport map (probe.transport.TRANSPORTS) has a factory for
+    each, and a test checks that they match."""
+
+    KAFKA = "kafka"
+    MQTT = "mqtt"
+
+
+class StageName(StrEnum):
+    """Where a target's canaries are judged; the values are the ``stage`` label values."""
+
+    CONSUMER = "consumer"  # Kafka: a direct consumer of the canary topic
+    SINK = "sink"  # Kafka: the Spark sink, judged where it writes its table
+    MQTT = "mqtt"  # MQTT: a subscriber to the shard topics
+    BRIDGE = "bridge"  # MQTT: the Kafka topic an MQTT-to-Kafka bridge fills
+
+
+# The stages each kind of target may name, as users write them (the messages of a
+# Literal list them plainly); held as StageName once validated.
+MqttStage = Annotated[Literal["mqtt", "bridge"], AfterValidator(StageName)]
 MQTT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 
 
@@ -412,7 +432,7 @@ class OnceConfig(_Section):
     loss_timeout: Annotated[Duration, _between(1.0, HOUR)] = 10.0
 
 
-KafkaStage = Literal["consumer", "sink"]
+KafkaStage = Annotated[Literal["consumer", "sink"], AfterValidator(StageName)]
 
 
 class SinkConfig(_Section):
@@ -461,7 +481,7 @@ class ProbeConfig(_Section):
     once: OnceConfig = OnceConfig()
     mqtt: MqttConfig = MqttConfig()
     # Stages judging the Kafka target: the direct consumer, and the Spark sink (opt-in).
-    stages: tuple[KafkaStage, ...] = ("consumer",)
+    stages: tuple[KafkaStage, ...] = Field(default=("consumer",), validate_default=True)
     sink: SinkConfig = SinkConfig()
 
     @field_validator("stages", mode="before")
@@ -476,7 +496,7 @@ class ProbeConfig(_Section):
     # Which targets to probe, by transport name. Default: MQTT when mqtt.url is set,
     # Kafka when kafka.bootstrap_servers is set or nothing else is (`once` then
     # starts the embedded broker). Name both to probe both.
-    targets: tuple[str, ...] = Field(default=None, validate_default=True)
+    targets: tuple[TargetKind, ...] = Field(default=None, validate_default=True)
 
     @field_validator("targets", mode="before")
     @classmethod
@@ -490,12 +510,12 @@ class ProbeConfig(_Section):
         targets = _names(targets)
         if not isinstance(targets, list | tuple):
             return targets
+        known = ", ".join(TargetKind)
         if not targets:
-            raise ValueError(f"must name at least one of: {', '.join(TRANSPORTS)}")
+            raise ValueError(f"must name at least one of: {known}")
         for name in targets:
-            # The transport map is the one list of target kinds, for code and config.
-            if name not in TRANSPORTS:
-                raise ValueError(f"unknown target {name!r}; known: {', '.join(TRANSPORTS)}")
+            if name not in set(TargetKind):
+                raise ValueError(f"unknown target {name!r}; known: {known}")
         if "mqtt" in targets and not mqtt_url:
             raise ValueError("mqtt needs mqtt.url (--mqtt-url)")
         return tuple(dict.fromkeys(targets))

@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from probe.config import ProbeConfig
+from probe.config import ProbeConfig, StageName, TargetKind
 from probe.embedded import EmbeddedBroker
 from probe.errors import ConfigError, ProbeError, RejectReason, TransportError
 from probe.judge import Finding, Outcome
 from probe.keys import KeyRing
 from probe.report import Report, StageTally, Tally
-from probe.stage import SINK_STAGE
-from probe.target import CONSUMER_STAGE, TargetProbe, target_name
+from probe.target import TargetProbe, target_name
 
 if TYPE_CHECKING:
     from probe.spark.stage import SparkSinkStage
@@ -72,7 +71,7 @@ def interruptible() -> Iterator[None]:
 @contextlib.contextmanager
 def broker_for(config: ProbeConfig) -> Iterator[ProbeConfig]:
     """The config to probe with: as given, or pointed at a fresh embedded broker."""
-    if config.kafka.bootstrap_servers or "kafka" not in config.targets:
+    if config.kafka.bootstrap_servers or TargetKind.KAFKA not in config.targets:
         yield config
         return
     with EmbeddedBroker() as broker:
@@ -94,7 +93,9 @@ async def probe_once(config: ProbeConfig, keyring: KeyRing) -> Report:
     return Report(tallies)
 
 
-async def _probe_target(config: ProbeConfig, keyring: KeyRing, kind: str, tally: Tally) -> None:
+async def _probe_target(
+    config: ProbeConfig, keyring: KeyRing, kind: TargetKind, tally: Tally
+) -> None:
     """Fill one target's tally; a target that cannot be probed says why in its error."""
     try:
         await _probe_target_rounds(config, keyring, kind, tally)
@@ -107,7 +108,7 @@ async def _probe_target(config: ProbeConfig, keyring: KeyRing, kind: str, tally:
 
 
 async def _probe_target_rounds(
-    config: ProbeConfig, keyring: KeyRing, kind: str, tally: Tally
+    config: ProbeConfig, keyring: KeyRing, kind: TargetKind, tally: Tally
 ) -> None:
     once = config.once
     target = TargetProbe(config, keyring, [tally], kind=kind, loss_timeout=once.loss_timeout)
@@ -122,7 +123,7 @@ async def _probe_target_rounds(
         if not target.partitions:
             raise TransportError(target.readiness()[1])
         sink = None
-        if kind == "kafka" and SINK_STAGE in config.stages:
+        if kind is TargetKind.KAFKA and StageName.SINK in config.stages:
             sink = await _start_sink(config, keyring, tally, target, cleanup)
         consumer = asyncio.create_task(target.consume())
         cleanup.push_async_callback(_cancelled, consumer)
@@ -166,7 +167,7 @@ async def _start_sink(
     """
     from probe.spark.stage import SinkProgress, SparkSinkStage  # noqa: PLC0415 - Spark only when asked
 
-    tally.declare_stage(SINK_STAGE)
+    tally.declare_stage(StageName.SINK)
     sink = SparkSinkStage(config, keyring, [OwnCanaries(tally, config.probe_id)])
     cleanup.push_async_callback(sink.stop)
     progress = SinkProgress()  # on a terminal only: Spark's start is ~25 s of silence
@@ -206,7 +207,7 @@ async def _await_sink(config: ProbeConfig, tally: Tally) -> None:
     partition lost by itself: what has not reached the sink table within the loss
     timeout (plus a few triggers) is counted lost here.
     """
-    consumer, sink = tally.stages[CONSUMER_STAGE], tally.stages[SINK_STAGE]
+    consumer, sink = tally.stages[StageName.CONSUMER], tally.stages[StageName.SINK]
     acked = sum(consumer.outcomes[o.value] for o in (Outcome.DELIVERED, Outcome.LATE, Outcome.LOST))
     deadline = (
         time.monotonic()

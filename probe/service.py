@@ -18,13 +18,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import CollectorRegistry
 
-from probe.config import ProbeConfig
-from probe.errors import ProbeError
+from probe.config import ProbeConfig, StageName, TargetKind
 from probe.endpoints import MetricsServer, build_app
+from probe.errors import ProbeError
 from probe.keyfile import KeyRingSource
 from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics
-from probe.stage import SINK_STAGE
 from probe.target import TargetProbe
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,7 @@ def service_metrics(
     """
     registry = CollectorRegistry()
     thresholds: tuple[float, ...] = (config.metrics.latency_threshold, config.judge.freshness)
-    if SINK_STAGE in config.stages if sink is None else sink:
+    if StageName.SINK in config.stages if sink is None else sink:
         thresholds += (config.sink.freshness, config.sink.latency_threshold)
     return registry, ProbeMetrics(registry, latency_thresholds=thresholds, version=probe_version())
 
@@ -82,7 +81,7 @@ async def serve(
     ]
 
     sink = None
-    if SINK_STAGE in config.stages and "kafka" in config.targets:
+    if StageName.SINK in config.stages and TargetKind.KAFKA in config.targets:
         from probe.spark.stage import SparkSinkStage  # noqa: PLC0415 - Spark only when asked
 
         # The sink ships the ring to its executors when its query starts: it picks up a
@@ -104,7 +103,7 @@ async def serve(
 
     async def probe_forever(target: TargetProbe) -> None:
         await target.connect()
-        if sink is not None and target.kind == "kafka":
+        if sink is not None and target.kind is TargetKind.KAFKA:
             # Produce only once the sink's source is positioned, or the first canaries
             # would be written before the sink started reading.
             sink.watch(target.partitions, config.probe_id)

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from probe import tracing
 from probe.canary import Canary, decode
+from probe.config import StageName
 from probe.errors import CanaryRejected, RejectReason
 from probe.judge import (
     Anomaly,
@@ -33,9 +34,6 @@ from probe.keys import KeyRing, KeySource
 from probe.transport import Arrival, Transport
 
 log = logging.getLogger(__name__)
-
-# The Spark sink stage judges in Spark (probe.spark), not in a Stage of this process.
-SINK_STAGE = "sink"
 
 
 class Recorder(Protocol):
@@ -142,7 +140,7 @@ class Stage:
 
     def __init__(
         self,
-        name: str,
+        name: StageName,
         target: str,
         judge: Judge,
         keyring: KeySource,

@@ -30,7 +30,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from probe.config import ProbeConfig
+from probe.config import ProbeConfig, StageName, TargetKind
 from probe.errors import TransportError
 from probe.judge import Judge, JudgePolicy, OwnProbe
 from probe.keys import KeySource
@@ -38,32 +38,13 @@ from probe.metrics import ProbeMetrics
 from probe.producer import CanaryProducer, next_tick_ns
 from probe.stage import Recorder, Stage
 from probe.transport import TRANSPORTS, Transport
-from probe.transport.kafka import KafkaTransport
 
 log = logging.getLogger(__name__)
 
-CONSUMER_STAGE = "consumer"
-MQTT_STAGE = "mqtt"
-BRIDGE_STAGE = "bridge"
 
-
-def target_name(config: ProbeConfig, kind: str) -> str:
-    """The `target` label of the target of this kind (a key of TRANSPORTS)."""
-    return config.mqtt.target if kind == "mqtt" else config.target
-
-
-def stage_names(config: ProbeConfig, kind: str) -> tuple[str, ...]:
-    return tuple(config.mqtt.stages) if kind == "mqtt" else (CONSUMER_STAGE,)
-
-
-def bridge_config(config: ProbeConfig) -> ProbeConfig:
-    """The Kafka settings the bridge stage reads with: the kafka section's connection,
-    the bridge's topic, and never creating it (the bridge owns that topic)."""
-    assert config.mqtt.bridge is not None
-    kafka = config.kafka.model_copy(
-        update={"topic": config.mqtt.bridge.topic, "create_topic": False}
-    )
-    return config.model_copy(update={"kafka": kafka})
+def target_name(config: ProbeConfig, kind: TargetKind) -> str:
+    """The `target` label of the target of this kind."""
+    return TRANSPORTS[kind].layout(config).label
 
 
 def _ns(seconds: float) -> int:
@@ -86,14 +67,15 @@ class TargetProbe:
         keyring: KeySource,
         recorders: Sequence[Recorder],
         *,
-        kind: str = "kafka",
+        kind: TargetKind = TargetKind.KAFKA,
         metrics: ProbeMetrics | None = None,
         loss_timeout: float | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.config = config
         self.kind = kind
-        self.target = target_name(config, kind)
+        self.layout = TRANSPORTS[kind].layout(config)
+        self.target = self.layout.label
         self._keyring = keyring
         self._metrics = metrics
         self._clock_ns = clock_ns
@@ -115,10 +97,10 @@ class TargetProbe:
                 own=self.own,
                 recorders=recorders,
                 max_size=config.canary.max_size,
-                routed=name != BRIDGE_STAGE,
+                routed=self.layout.routed(name),
                 reject_log_period=config.interval,
             )
-            for name in stage_names(config, kind)
+            for name in self.layout.stages
         ]
         self.stage = self.stages[0]
         self.judge = self.stage.judge
@@ -128,7 +110,7 @@ class TargetProbe:
                 metrics.declare_stage(self.target, stage.name, stage.judge)
         self.transport: Transport | None = None
         # Stages that read somewhere else than the target's own transport (the bridge).
-        self._readers: dict[str, Transport] = {}
+        self._readers: dict[StageName, Transport] = {}
         self.producer: CanaryProducer | None = None
         self.partitions: list[int] = []
         self._refreshing: asyncio.Task[list[int]] | None = None
@@ -171,22 +153,21 @@ class TargetProbe:
         log.warning("target %s: %s; retrying in %.1fs", self.target, self._reason, delay)
 
     async def _connect_once(self) -> None:
-        transport = TRANSPORTS[self.kind](self.config, on_reconnect=self._count_reconnect)
+        transport = TRANSPORTS[self.kind].transport(self.config, on_reconnect=self._count_reconnect)
         try:
             await transport.start()
         except TransportError as exc:
             self._set_ready(False, str(exc))
             raise
-        readers: dict[str, Transport] = {}
-        if any(stage.name == BRIDGE_STAGE for stage in self.stages):
-            bridge = TRANSPORTS["kafka"](bridge_config(self.config), on_reconnect=lambda: None)
+        readers: dict[StageName, Transport] = {}
+        for stage, build in self.layout.readers.items():
+            reader = readers[stage] = build()
             try:
-                await bridge.start()
+                await reader.start()
             except TransportError as exc:
-                await transport.close()
-                self._set_ready(False, f"bridge: {exc}")
+                await asyncio.gather(*(t.close() for t in (transport, *readers.values())))
+                self._set_ready(False, f"{stage}: {exc}")
                 raise
-            readers[BRIDGE_STAGE] = bridge
         self.transport = transport
         self._readers = readers
         self.producer = CanaryProducer(
@@ -198,15 +179,11 @@ class TargetProbe:
             metrics=self._metrics,
             pad_to=self.config.canary.size,
             max_in_flight=transport.max_in_flight,
-            spacing=self._spacing(),
-            send_timeout=self._send_timeout(),
+            spacing=self.layout.spacing,
+            send_timeout=self.layout.send_timeout,
             clock_ns=self._clock_ns,
         )
         await self.refresh()
-
-    def _spacing(self) -> float:
-        rate = self.config.mqtt.max_send_rate if self.kind == "mqtt" else 0.0
-        return 1.0 / rate if rate else 0.0
 
     def _count_reconnect(self) -> None:
         if self._metrics is not None:
@@ -225,16 +202,15 @@ class TargetProbe:
         the round: its canaries are then judged lost, which is what the bridge path did.
         """
         assert self.transport is not None, "connect() first"
-        kafka = self.config.kafka
-        timeout = self._send_timeout()
+        timeout = self.layout.send_timeout
         transport = self.transport
         try:
             async with asyncio.timeout(timeout):
                 partitions = await transport.partitions()
-                # A topic can vanish (deleted, or a broker that lost its storage);
-                # with create_topic the probe puts it back rather than going silent.
-                if not partitions and kafka.create_topic and isinstance(transport, KafkaTransport):
-                    await transport.ensure_topic(kafka.partitions, kafka.replication_factor)
+                # A topic can vanish (deleted, or a broker that lost its storage):
+                # the transport puts it back if it may, rather than going silent.
+                if not partitions:
+                    await transport.provision()
                     partitions = await transport.partitions()
                 if partitions and any(s.name not in self._readers for s in self.stages):
                     await transport.cover(partitions)
@@ -245,7 +221,7 @@ class TargetProbe:
             self._set_ready(False, str(exc))
             return self.partitions
         if not partitions:
-            self._set_ready(False, self._missing_topic())
+            self._set_ready(False, transport.describe(partitions))
             return self.partitions
         if partitions != self.partitions:
             log.info("target %s: partitions %s", self.target, partitions)
@@ -262,10 +238,10 @@ class TargetProbe:
         # Covered is not read: a fetch that keeps failing (say, a codec) is unready too.
         problems.insert(0, transport.read_problem() or "")
         problem = "; ".join(p for p in problems if p)
-        self._set_ready(not problem, problem or self._describe(partitions))
+        self._set_ready(not problem, problem or transport.describe(partitions))
         return partitions
 
-    async def _cover_reader(self, stage: str, reader: Transport, within: float) -> str:
+    async def _cover_reader(self, stage: StageName, reader: Transport, within: float) -> str:
         """Cover every partition of a stage's own reader; the problem, or "" if none."""
         try:
             async with asyncio.timeout(within):
@@ -275,27 +251,9 @@ class TargetProbe:
         except (TransportError, TimeoutError) as exc:
             return f"{stage}: {exc or 'timeout'}"
         if not found:
-            return f"{stage}: topic {bridge_config(self.config).kafka.topic} not found"
+            return f"{stage}: {reader.describe(found)}"
         problem = reader.read_problem()
         return f"{stage}: {problem}" if problem else ""
-
-    def _missing_topic(self) -> str:
-        topic = self.config.kafka.topic
-        return (
-            f"topic {topic} not found: create it, or let the probe create it "
-            "(--create-topic, kafka.create_topic: true)"
-        )
-
-    def _describe(self, partitions: Sequence[int]) -> str:
-        if self.kind == "mqtt":
-            prefix = self.config.mqtt.topic_prefix
-            return f"mqtt topics {prefix}/0..{len(partitions) - 1}: {len(partitions)} shards"
-        return f"topic {self.config.kafka.topic}: {len(partitions)} partitions"
-
-    def _send_timeout(self) -> float:
-        return (
-            self.config.mqtt.send_timeout if self.kind == "mqtt" else self.config.kafka.send_timeout
-        )
 
     async def produce_round(self) -> None:
         """Refresh metadata, then one canary to every partition the consumer covers.
@@ -307,7 +265,7 @@ class TargetProbe:
         acknowledged or failed within the send timeout from the round's start.
         """
         assert self.producer is not None, "connect() first"
-        deadline = asyncio.get_running_loop().time() + self._send_timeout()
+        deadline = asyncio.get_running_loop().time() + self.layout.send_timeout
         if self._refreshing is None or self._refreshing.done():
             self._refreshing = asyncio.create_task(self.refresh(), name=f"refresh {self.target}")
             partitions = await self._refreshing

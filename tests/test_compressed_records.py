@@ -22,13 +22,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from confluent_kafka import Producer
 
 from probe.canary import Canary, encode
-from probe.config import ProbeConfig, load
+from probe.config import ProbeConfig, StageName, load
 from probe.embedded import EmbeddedBroker
 from probe.errors import RejectReason
 from probe.judge import Fate, Finding
 from probe.keys import KeyRing, generate_key_ring
 from probe.report import Tally
-from probe.target import BRIDGE_STAGE, CONSUMER_STAGE, MQTT_STAGE, TargetProbe
+from probe.target import TargetProbe
 from tests.mosquitto import Mosquitto
 
 CODECS = ["gzip", "snappy", "lz4", "zstd"]
@@ -107,7 +107,7 @@ async def test_consumer_stage_judges_compressed_canaries(
     finally:
         consumer.cancel()
         await probe.close()
-    assert tally.stages[CONSUMER_STAGE].outcomes == {"delivered": sent}
+    assert tally.stages[StageName.CONSUMER].outcomes == {"delivered": sent}
 
 
 async def test_records_the_consumer_cannot_decode_make_the_target_unready(
@@ -148,7 +148,7 @@ async def test_records_the_consumer_cannot_decode_make_the_target_unready(
         consumer.cancel()
         await probe.close()
     assert len(_transport_lines(caplog, "fetching again")) == 1
-    assert tally.stages[CONSUMER_STAGE].outcomes == {"delivered": sent}
+    assert tally.stages[StageName.CONSUMER].outcomes == {"delivered": sent}
 
 
 # --- the bridge stage --------------------------------------------------------------------
@@ -252,8 +252,8 @@ async def test_bridge_stage_reads_what_a_compressing_bridge_writes(
         finally:
             consumer.cancel()
             await probe.close()
-    assert fates.of(MQTT_STAGE) == {"delivered": 6}
-    assert fates.of(BRIDGE_STAGE) == {"delivered": 6}
+    assert fates.of(StageName.MQTT) == {"delivered": 6}
+    assert fates.of(StageName.BRIDGE) == {"delivered": 6}
 
 
 async def test_a_bridge_codec_the_probe_cannot_read_makes_the_target_unready(

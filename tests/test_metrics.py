@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from probe.canary import Canary
 from probe.config import load
 from probe.embedded import EmbeddedBroker
-from probe.errors import RejectReason
 from probe.endpoints import MetricsServer, build_app
+from probe.errors import RejectReason
 from probe.judge import Fate, Judge, JudgePolicy, Outcome, OwnProbe, StreamKey
 from probe.metrics import ProbeMetrics, latency_buckets
 from probe.service import service_metrics

@@ -17,13 +17,13 @@ from prometheus_client import CollectorRegistry
 
 from probe import tracing
 from probe.canary import Canary, decode, encode
-from probe.config import ProbeConfig, load
+from probe.config import ProbeConfig, StageName, load
 from probe.errors import TransportError
 from probe.judge import Outcome
 from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
 from probe.report import Tally
-from probe.target import MQTT_STAGE, TargetProbe
+from probe.target import TargetProbe
 from tests.mosquitto import CuttingProxy, Mosquitto, make_tls_files
 
 
@@ -93,7 +93,7 @@ async def test_round_trip_on_every_shard(mosquitto: Mosquitto, topic_prefix: str
         await _wait_until(lambda: len(seen) == 10, 5, "the independent subscriber's copies")
     finally:
         watcher.cancel()
-    assert tally.stages[MQTT_STAGE].outcomes == {Outcome.DELIVERED.value: 10}
+    assert tally.stages[StageName.MQTT].outcomes == {Outcome.DELIVERED.value: 10}
     assert sorted(key.partition for key in probe.judge.streams()) == [0, 1, 2, 3, 4]
     assert probe.readiness() == (True, f"mqtt topics {topic_prefix}/0..4: 5 shards")
     for message in seen:
@@ -113,7 +113,7 @@ async def test_mqtt_3_1_1_works_without_user_properties(
     config = _config(mosquitto.url, topic_prefix, **{"mqtt.protocol": "3.1.1"})
     probe = TargetProbe(config, generate_key_ring(), [tally], kind="mqtt")
     await _probe_rounds(probe, rounds=2)
-    assert tally.stages[MQTT_STAGE].outcomes == {Outcome.DELIVERED.value: 6}
+    assert tally.stages[StageName.MQTT].outcomes == {Outcome.DELIVERED.value: 6}
 
 
 def _mosquitto_pub(broker: Mosquitto, topic: str, payload: bytes, tmp_path: Path) -> None:
@@ -149,8 +149,8 @@ async def test_hostile_payloads_are_counted_invalid_never_delivered(
     await probe.connect(give_up_after=5)
     consumer = asyncio.create_task(probe.consume())
     try:
-        tally.declare_stage(MQTT_STAGE)
-        stage = tally.stages[MQTT_STAGE]
+        tally.declare_stage(StageName.MQTT)
+        stage = tally.stages[StageName.MQTT]
         await probe.produce_round()
         await _wait_until(lambda: stage.outcomes[Outcome.DELIVERED] == 3, 10, "first round")
 
@@ -222,7 +222,7 @@ async def test_credentials(
         **{"mqtt.username": "probe", "mqtt.password": "right-password"},
     )
     await _probe_rounds(TargetProbe(right, generate_key_ring(), [tally], kind="mqtt"), 1)
-    assert tally.stages[MQTT_STAGE].outcomes == {Outcome.DELIVERED.value: 3}
+    assert tally.stages[StageName.MQTT].outcomes == {Outcome.DELIVERED.value: 3}
 
 
 async def test_tls_with_client_certificate_and_server_name(
@@ -242,7 +242,7 @@ async def test_tls_with_client_certificate_and_server_name(
         tally = Tally("mqtt")
         config = _config(broker.url, topic_prefix, **settings)
         await _probe_rounds(TargetProbe(config, generate_key_ring(), [tally], kind="mqtt"), 1)
-        assert tally.stages[MQTT_STAGE].outcomes == {Outcome.DELIVERED.value: 3}
+        assert tally.stages[StageName.MQTT].outcomes == {Outcome.DELIVERED.value: 3}
 
         untrusted = _config(
             broker.url, topic_prefix, **{**settings, "mqtt.tls.ca_file": str(stranger.ca)}
@@ -310,8 +310,8 @@ async def _away_and_back(
     def reconnects() -> float:
         return registry.get_sample_value("synthetic_sla_reconnects_total", {"target": "mqtt"}) or 0
 
-    tally.declare_stage(MQTT_STAGE)
-    stage = tally.stages[MQTT_STAGE]
+    tally.declare_stage(StageName.MQTT)
+    stage = tally.stages[StageName.MQTT]
     await probe.connect(give_up_after=5)
     consumer = asyncio.create_task(probe.consume())
     try:

@@ -19,13 +19,13 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
-from probe.config import ProbeConfig, load
+from probe.config import ProbeConfig, StageName, load
 from probe.embedded import EmbeddedBroker
 from probe.errors import RejectReason
 from probe.judge import Fate, Finding, Outcome
 from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
-from probe.target import BRIDGE_STAGE, MQTT_STAGE, TargetProbe
+from probe.target import TargetProbe
 from tests.mosquitto import Mosquitto
 
 
@@ -133,7 +133,7 @@ async def test_bridge_stage_judges_canaries_carried_into_kafka(
 ) -> None:
     fates = FatesByShard()
     config = _config(mosquitto, topic_prefix, broker, topic)
-    assert config.mqtt.stages == (MQTT_STAGE, BRIDGE_STAGE)
+    assert config.mqtt.stages == (StageName.MQTT, StageName.BRIDGE)
     probe = TargetProbe(config, generate_key_ring(), [fates], kind="mqtt")
     async with forwarding_bridge(mosquitto, topic_prefix, broker, topic):
         await probe.connect(give_up_after=10)
@@ -147,9 +147,9 @@ async def test_bridge_stage_judges_canaries_carried_into_kafka(
             consumer.cancel()
             await probe.close()
     every_shard_delivered_twice = {(shard, "delivered"): 2 for shard in range(3)}
-    assert fates.of(MQTT_STAGE) == every_shard_delivered_twice
+    assert fates.of(StageName.MQTT) == every_shard_delivered_twice
     # Three shards judged as three streams although the topic has two partitions.
-    assert fates.of(BRIDGE_STAGE) == every_shard_delivered_twice
+    assert fates.of(StageName.BRIDGE) == every_shard_delivered_twice
 
 
 async def test_a_bridge_that_drops_a_shard(
@@ -166,7 +166,7 @@ async def test_a_bridge_that_drops_a_shard(
     def staleness(shard: int) -> float:
         value = registry.get_sample_value(
             "synthetic_sla_partition_staleness_seconds",
-            {"target": "mqtt", "stage": BRIDGE_STAGE, "partition": str(shard)},
+            {"target": "mqtt", "stage": StageName.BRIDGE, "partition": str(shard)},
         )
         assert value is not None
         return value
@@ -180,7 +180,7 @@ async def test_a_bridge_that_drops_a_shard(
             await _decide(probe)
             await probe.produce_round()
             await _wait_until(
-                lambda: fates.of(BRIDGE_STAGE).get((2, "delivered")) == 3, 10, "a third round"
+                lambda: fates.of(StageName.BRIDGE).get((2, "delivered")) == 3, 10, "a third round"
             )
             fresh, silent = staleness(0), staleness(1)
             await asyncio.sleep(0.3)  # staleness is computed at scrape time: let time pass
@@ -188,18 +188,18 @@ async def test_a_bridge_that_drops_a_shard(
         finally:
             consumer.cancel()
             await probe.close()
-    assert fates.of(BRIDGE_STAGE) == {
+    assert fates.of(StageName.BRIDGE) == {
         (0, "delivered"): 3,
         (1, "lost"): 2,
         (2, "delivered"): 3,
     }
-    assert fates.of(MQTT_STAGE) == {(shard, "delivered"): 3 for shard in range(3)}
+    assert fates.of(StageName.MQTT) == {(shard, "delivered"): 3 for shard in range(3)}
     # The silent shard has seen nothing since the probe started, over 2 s ago.
     assert silent > 2.0
     assert fresh < 1.0
     lost = registry.get_sample_value(
         "synthetic_sla_canaries_total",
-        {"target": "mqtt", "stage": BRIDGE_STAGE, "outcome": Outcome.LOST.value},
+        {"target": "mqtt", "stage": StageName.BRIDGE, "outcome": Outcome.LOST.value},
     )
     assert lost == 2
 
@@ -222,5 +222,5 @@ async def test_a_missing_bridge_topic_is_unready_and_lost(
     finally:
         consumer.cancel()
         await probe.close()
-    assert fates.of(MQTT_STAGE) == {(shard, "delivered"): 1 for shard in range(3)}
-    assert fates.of(BRIDGE_STAGE) == {(shard, "lost"): 1 for shard in range(3)}
+    assert fates.of(StageName.MQTT) == {(shard, "delivered"): 1 for shard in range(3)}
+    assert fates.of(StageName.BRIDGE) == {(shard, "lost"): 1 for shard in range(3)}

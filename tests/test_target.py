@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
-from probe.config import ProbeConfig, load
+from probe.config import ProbeConfig, StageName, load
 from probe.embedded import EmbeddedBroker
 from probe.errors import RejectReason
 from probe.judge import Fate, Finding, Outcome
 from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
 from probe.report import Tally
-from probe.target import CONSUMER_STAGE, TargetProbe
+from probe.target import TargetProbe
 
 
 async def _wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
@@ -56,7 +56,7 @@ async def test_every_partition_is_delivered(broker: EmbeddedBroker, topic: str) 
     finally:
         consumer.cancel()
         await probe.close()
-    outcomes = tally.stages[CONSUMER_STAGE].outcomes
+    outcomes = tally.stages[StageName.CONSUMER].outcomes
     assert outcomes == {Outcome.DELIVERED.value: 10}
     # Each partition's stream saw its own canaries: staleness is tracked per partition.
     assert sorted(key.partition for key in probe.judge.streams()) == [0, 1, 2, 3, 4]
@@ -136,7 +136,7 @@ async def test_loss_is_detected_at_the_tail(broker: EmbeddedBroker, topic: str) 
         )
     finally:
         await probe.close()
-    assert tally.stages[CONSUMER_STAGE].outcomes == {Outcome.LOST.value: 1}
+    assert tally.stages[StageName.CONSUMER].outcomes == {Outcome.LOST.value: 1}
 
 
 async def test_a_broker_that_lost_its_data_is_read_from_the_new_log_at_once(
@@ -199,8 +199,8 @@ async def test_every_tick_of_an_outage_is_a_round_and_every_canary_has_a_fate(
     stop = asyncio.Event()
     consumer = asyncio.create_task(probe.consume())
     rounds = asyncio.create_task(probe.run_rounds(interval, stop))
-    tally.declare_stage(CONSUMER_STAGE)
-    outcomes = tally.stages[CONSUMER_STAGE].outcomes
+    tally.declare_stage(StageName.CONSUMER)
+    outcomes = tally.stages[StageName.CONSUMER].outcomes
     try:
         await _wait_until(lambda: outcomes[Outcome.DELIVERED.value] >= 6, 10, "delivery")
         own_broker.stop()

@@ -57,6 +57,7 @@ from pyspark.sql.types import (
 )
 
 from probe.canary import Canary
+from probe.config import StageName
 from probe.errors import RejectReason
 from probe.judge import (
     Anomaly,
@@ -71,7 +72,7 @@ from probe.judge import (
 from probe.keys import KeyRing
 from probe.spark.health import HealthListener, SparkHealth
 from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource
-from probe.stage import SINK_STAGE, Recorder
+from probe.stage import Recorder
 
 log = logging.getLogger(__name__)
 
@@ -650,7 +651,7 @@ class SinkJob:
         for row in rows.itertuples(index=False):
             if row.kind == "invalid":
                 for recorder in self._recorders:
-                    recorder.count_invalid(target, SINK_STAGE, RejectReason(row.outcome))
+                    recorder.count_invalid(target, StageName.SINK, RejectReason(row.outcome))
                 continue
             if row.kind == "canary":
                 continue
@@ -671,4 +672,4 @@ class SinkJob:
                 findings.append(Anomaly(key, int(row.seq), AnomalyKind(row.outcome)))
         if findings:
             for recorder in self._recorders:
-                recorder.count(target, SINK_STAGE, findings)
+                recorder.count(target, StageName.SINK, findings)

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from py4j.protocol import Py4JError
 
 from probe.canary import Canary, encode
-from probe.config import KafkaConfig, ProbeConfig
+from probe.config import KafkaConfig, ProbeConfig, StageName
 from probe.errors import ConfigError
 from probe.judge import StreamKey
 from probe.keys import KeyRing
@@ -31,7 +31,7 @@ from probe.metrics import ProbeMetrics
 from probe.spark.health import SparkHealth
 from probe.spark.session import starts_own_jvm
 from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
-from probe.stage import SINK_STAGE, Recorder
+from probe.stage import Recorder
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class SparkSinkStage:
             else None
         )
         if metrics is not None:
-            metrics.declare_stage(config.target, SINK_STAGE, self.freshness)
+            metrics.declare_stage(config.target, StageName.SINK, self.freshness)
         self.job: SinkJob | None = None
 
     def watch(self, partitions: Sequence[int], probe_id: str) -> None:

@@ -1,19 +1,22 @@
 """Transports: the only code that knows a client library.
 
 Every transport implements :class:`Transport`: list the partitions (or shards) of the
-target, cover them so arrivals are seen from now on, send one canary to one
-partition, stream arrivals, close. Client-library exceptions are mapped to
-:mod:`probe.errors` here, nowhere else.
+target, provision what is missing, cover them so arrivals are seen from now on, send
+one canary to one partition, stream arrivals, close. Client-library exceptions are
+mapped to :mod:`probe.errors` here, nowhere else.
+
+Everything else that differs per kind of target (its label, stages, timeouts, pacing,
+the readers of stages that read elsewhere) is its :class:`TargetLayout`: adding a kind
+means a transport module and an entry in :data:`TRANSPORTS`, nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from probe.config import ProbeConfig
+from probe.config import ProbeConfig, StageName, TargetKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +38,18 @@ class Transport(Protocol):
         """Connect. Raises TransportError if the target cannot be reached."""
 
     async def partitions(self) -> list[int]:
-        """Partitions (or shards) of the target right now, refreshed from the broker."""
+        """Partitions (or shards) of the target right now, refreshed from the broker;
+        empty when the topic does not exist."""
+
+    async def provision(self) -> None:
+        """Create what the target is missing (the topic), if the config allows it.
+
+        Raises TransportError saying what is missing and how to fix it otherwise.
+        """
+
+    def describe(self, partitions: Sequence[int]) -> str:
+        """The target's destination in words, for readiness: ``topic t: 3 partitions``;
+        with no partitions, that it was not found."""
 
     async def cover(self, partitions: Sequence[int]) -> None:
         """Make sure every canary sent to these partitions from now on is read back.
@@ -61,26 +75,81 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
-class TransportFactory(Protocol):
-    def __call__(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
+@dataclass(frozen=True, slots=True)
+class TargetLayout:
+    """What differs per kind of target, read from the config: everything the shell
+    needs to know of a target without knowing its kind."""
+
+    label: str  # the `target` label of its series
+    stages: tuple[StageName, ...]
+    send_timeout: float  # a canary not acknowledged by then is produce_failed
+    spacing: float  # seconds between sends at least, on average (0: a round at once)
+    # Stages that read somewhere else than the target's own transport, with the
+    # reader each one reads (the bridge stage: the Kafka topic a bridge fills).
+    readers: Mapping[StageName, Callable[[], Transport]] = field(default_factory=dict)
+
+    def routed(self, stage: StageName) -> bool:
+        """Whether the stage reads a canary from the partition the canary names: a
+        stage with a reader of its own reads wherever that reader's topic put it."""
+        return stage not in self.readers
+
+
+class TargetKindSpec(Protocol):
+    """One kind of target: its layout, and its transport."""
+
+    def layout(self, config: ProbeConfig) -> TargetLayout: ...
+
+    def transport(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
         """The transport of one target; ``on_reconnect`` is called after each reconnection
         the transport makes by itself (for ``synthetic_sla_reconnects_total``)."""
 
 
 # The client libraries are imported when a target of their kind is built, not when
-# the config is validated against this map.
-def _kafka(config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
-    # aiokafka reconnects inside its clients and does not tell: nothing to count.
-    from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
+# this map is: importing the probe's core imports no client library.
+class _Kafka:
+    def layout(self, config: ProbeConfig) -> TargetLayout:
+        # The sink stage judges in Spark (probe.spark), not in this process's target.
+        stages = (StageName.CONSUMER,)
+        return TargetLayout(config.target, stages, config.kafka.send_timeout, 0.0)
 
-    return KafkaTransport(config.kafka)
+    def transport(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
+        # aiokafka reconnects inside its clients and does not tell: nothing to count.
+        from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
+
+        return KafkaTransport(config.kafka)
 
 
-def _mqtt(config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
-    from probe.transport.mqtt import MqttTransport  # noqa: PLC0415
+class _Mqtt:
+    def layout(self, config: ProbeConfig) -> TargetLayout:
+        mqtt = config.mqtt
+        readers: dict[StageName, Callable[[], Transport]] = {}
+        if StageName.BRIDGE in mqtt.stages:
+            bridged = bridge_config(config)
+            readers[StageName.BRIDGE] = lambda: _Kafka().transport(
+                bridged, on_reconnect=lambda: None
+            )
+        spacing = 1.0 / mqtt.max_send_rate if mqtt.max_send_rate else 0.0
+        stages = tuple(StageName(stage) for stage in mqtt.stages)
+        return TargetLayout(mqtt.target, stages, mqtt.send_timeout, spacing, readers)
 
-    return MqttTransport(config.mqtt, probe_id=config.probe_id, on_reconnect=on_reconnect)
+    def transport(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
+        from probe.transport.mqtt import MqttTransport  # noqa: PLC0415
+
+        return MqttTransport(config.mqtt, probe_id=config.probe_id, on_reconnect=on_reconnect)
 
 
-TRANSPORTS: Mapping[str, TransportFactory] = {"kafka": _kafka, "mqtt": _mqtt}
-"""Target kinds by name: what ``targets:`` in the config may name, and how each is built."""
+def bridge_config(config: ProbeConfig) -> ProbeConfig:
+    """The Kafka settings the bridge stage reads with: the kafka section's connection,
+    the bridge's topic, and never creating it (the bridge owns that topic)."""
+    assert config.mqtt.bridge is not None
+    kafka = config.kafka.model_copy(
+        update={"topic": config.mqtt.bridge.topic, "create_topic": False}
+    )
+    return config.model_copy(update={"kafka": kafka})
+
+
+TRANSPORTS: Mapping[TargetKind, TargetKindSpec] = {
+    TargetKind.KAFKA: _Kafka(),
+    TargetKind.MQTT: _Mqtt(),
+}
+"""Every kind of target (``targets:`` in the config), and how each is laid out and built."""

@@ -136,6 +136,19 @@ class KafkaTransport:
         found = client.cluster.partitions_for_topic(self._topic)
         return sorted(found) if found else []
 
+    async def provision(self) -> None:
+        if not self._config.create_topic:
+            raise TransportError(
+                f"{self.describe([])}: create it, or let the probe create it "
+                "(--create-topic, kafka.create_topic: true)"
+            )
+        await self.ensure_topic(self._config.partitions, self._config.replication_factor)
+
+    def describe(self, partitions: Sequence[int]) -> str:
+        if not partitions:
+            return f"topic {self._topic} not found"
+        return f"topic {self._topic}: {len(partitions)} partitions"
+
     async def broker_count(self) -> int:
         return len(self._producer.client.cluster.brokers())
 

@@ -131,6 +131,13 @@ class MqttTransport:
             raise TransportError(f"publisher: {self._publisher_problem}")
         return list(range(self._config.shards))
 
+    async def provision(self) -> None:
+        """Nothing to create: an MQTT topic exists once something is published to it."""
+
+    def describe(self, partitions: Sequence[int]) -> str:
+        prefix = self._config.topic_prefix
+        return f"mqtt topics {prefix}/0..{len(partitions) - 1}: {len(partitions)} shards"
+
     async def cover(self, partitions: Sequence[int]) -> None:
         """Make sure the subscriber's wildcard subscription is in place.
 

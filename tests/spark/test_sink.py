@@ -17,15 +17,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from pyspark.sql import Row, SparkSession
 
 from probe.canary import Canary, encode
-from probe.config import load
+from probe.config import StageName, load
 from probe.embedded import EmbeddedBroker
 from probe.judge import Outcome
 from probe.keys import KeyRing, generate_key_ring
 from probe.report import Tally
 from probe.spark.health import SparkHealth, source_lag
 from probe.spark.sink import SinkJob, SinkSettings
-from probe.stage import SINK_STAGE
-from probe.target import CONSUMER_STAGE, TargetProbe
+from probe.target import TargetProbe
 from tests.conftest import parse_samples, sample
 from tests.spark.conftest import until
 
@@ -43,7 +42,7 @@ class Pipeline:
     health: SparkHealth
 
     def sink_outcomes(self) -> dict[str, int]:
-        stage = self.tally.stages.get(SINK_STAGE)
+        stage = self.tally.stages.get(StageName.SINK)
         return dict(stage.outcomes) if stage else {}
 
     def sink_fates(self) -> int:
@@ -115,7 +114,7 @@ async def test_canaries_land_in_the_table_judged_delivered(
         ]
         assert all(r.sink_commit_ns >= r.produced_ns for r in table)
         # Produce to sink commit: at least one trigger's worth of waiting, never zero.
-        assert min(p.tally.stages[SINK_STAGE].latencies_ms) > 0
+        assert min(p.tally.stages[StageName.SINK].latencies_ms) > 0
 
 
 async def test_hostile_records_go_to_quarantine_never_to_the_table(
@@ -144,7 +143,7 @@ async def test_hostile_records_go_to_quarantine_never_to_the_table(
             # One record per batch: the embedded broker counts batches, not records,
             # in the log end offset it reports, and the source reads up to that.
             assert producer.flush(10) == 0
-        sink = p.tally.stages[SINK_STAGE]
+        sink = p.tally.stages[StageName.SINK]
         await until(
             lambda: (
                 sum(sink.invalid.values()) >= 3
@@ -222,7 +221,7 @@ async def test_a_stalled_sink_shows_in_skew_and_staleness_not_in_the_consumer(
         steady_skew, steady_staleness = skew(), sink_staleness()
 
         p.job.hold()
-        consumer_before = p.tally.stages[CONSUMER_STAGE].outcomes[Outcome.DELIVERED.value]
+        consumer_before = p.tally.stages[StageName.CONSUMER].outcomes[Outcome.DELIVERED.value]
         for _ in range(3):
             await p.probe.produce_round()
             await asyncio.sleep(1.0)  # rounds a second apart, as the service would
@@ -230,7 +229,7 @@ async def test_a_stalled_sink_shows_in_skew_and_staleness_not_in_the_consumer(
         await until(
             lambda: sink_staleness() > steady_staleness + 3e9, within=30, what="sink staleness"
         )
-        consumer = p.tally.stages[CONSUMER_STAGE]
+        consumer = p.tally.stages[StageName.CONSUMER]
         assert consumer.outcomes[Outcome.DELIVERED.value] >= consumer_before + 9
         assert consumer.ok
         held_skew = skew()

@@ -1,0 +1,33 @@
+"""The transport map: one entry per kind of target, each laid out from the config."""
+
+from __future__ import annotations
+
+from probe.config import StageName, TargetKind, load
+from probe.transport import TRANSPORTS
+
+
+def test_the_map_has_a_transport_for_every_kind_the_config_knows() -> None:
+    assert set(TRANSPORTS) == set(TargetKind)
+
+
+def test_layouts_follow_the_config() -> None:
+    config = load(
+        overrides={
+            "kafka.bootstrap_servers": "kafka:9092",
+            "mqtt.url": "mqtt://broker",
+            "mqtt.bridge.topic": "bridged",
+            "mqtt.max_send_rate": 100,
+            "targets": "kafka,mqtt",
+            "mqtt.target": "mqtt-target",
+        }
+    )
+    kafka = TRANSPORTS[TargetKind.KAFKA].layout(config)
+    assert (kafka.label, kafka.stages, kafka.spacing) == ("kafka", (StageName.CONSUMER,), 0.0)
+    assert kafka.routed(StageName.CONSUMER)
+    mqtt = TRANSPORTS[TargetKind.MQTT].layout(config)
+    assert mqtt.label == "mqtt-target"
+    assert mqtt.stages == (StageName.MQTT, StageName.BRIDGE)
+    assert mqtt.spacing == 0.01
+    assert mqtt.routed(StageName.MQTT)
+    assert not mqtt.routed(StageName.BRIDGE)  # the bridge puts a shard where it likes
+    assert set(mqtt.readers) == {StageName.BRIDGE}
