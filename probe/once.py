@@ -133,13 +133,9 @@ async def _probe_target_rounds(
             if delay > 0:
                 await asyncio.sleep(delay)
             await target.produce_round()
-        # Every canary now has a deadline; expire until all are decided. The loop's
-        # own deadline is a backstop one loss timeout after the last round.
-        deadline = time.monotonic() + once.loss_timeout + 1.0
-        while target.pending_count() > 0 and time.monotonic() < deadline:
-            target.expire(time.time_ns())
-            await asyncio.sleep(0.02)
-        target.expire(time.time_ns())
+        # Every canary now has a deadline: one loss timeout after the last round, all
+        # are decided (the extra second is a backstop for the expiry's own pace).
+        await target.settle(once.loss_timeout + 1.0)
         if sink is not None:
             await _await_sink(config, tally)
 

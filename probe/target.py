@@ -326,6 +326,17 @@ class TargetProbe:
         """Canaries acknowledged whose fate some stage has not decided yet."""
         return sum(stage.judge.pending_count() for stage in self.stages)
 
+    async def settle(self, within: float) -> bool:
+        """Wait until every acknowledged canary has its fate at every stage: arrivals
+        as they come, `lost` once past its loss deadline. Gives up after ``within``
+        seconds (then expires once more); whether nothing is left pending."""
+        deadline = time.monotonic() + within
+        while self.pending_count() > 0 and time.monotonic() < deadline:
+            self.expire(self._clock_ns())
+            await asyncio.sleep(0.02)
+        self.expire(self._clock_ns())
+        return self.pending_count() == 0
+
     async def expire_forever(self, period: float = 1.0) -> None:
         """The judges' clock: decide `lost` for canaries past their loss timeout."""
         while True:

@@ -6,6 +6,7 @@ deadline and fails with what it last saw.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -40,6 +41,15 @@ def wait_for(condition: Callable[[], T], *, timeout: float, what: str, every: fl
             return last
         time.sleep(every)
     pytest.fail(f"timed out after {timeout}s waiting for {what} (last value: {last!r})")
+
+
+async def until(condition: Callable[[], object], within: float, what: str) -> None:
+    """Poll a condition without blocking the event loop; fail at the deadline."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.02)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import aiokafka.codec
@@ -29,6 +29,7 @@ from probe.judge import Fate, Finding
 from probe.keys import KeyRing, generate_key_ring
 from probe.report import Tally
 from probe.target import TargetProbe
+from tests.conftest import until
 from tests.mosquitto import Mosquitto
 
 CODECS = ["gzip", "snappy", "lz4", "zstd"]
@@ -41,13 +42,6 @@ def _compressing_producer(broker: EmbeddedBroker, codec: str) -> Producer:
     return Producer(
         {"bootstrap.servers": broker.bootstrap_servers, "compression.type": codec, "linger.ms": 0}
     )
-
-
-async def _wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {within}s waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 # --- the consumer stage ------------------------------------------------------------------
@@ -101,7 +95,7 @@ async def test_consumer_stage_judges_compressed_canaries(
     consumer = asyncio.create_task(probe.consume())
     try:
         sent = _produce_compressed(probe, keyring, broker, topic, codec)
-        await _wait_until(lambda: probe.judge.pending_count() == 0, 10, "every canary read")
+        await until(lambda: probe.judge.pending_count() == 0, 10, "every canary read")
         await probe.refresh()
         assert probe.readiness()[0], probe.readiness()
     finally:
@@ -131,7 +125,7 @@ async def test_records_the_consumer_cannot_decode_make_the_target_unready(
     assert transport is not None
     try:
         sent = _produce_compressed(probe, keyring, broker, topic, "lz4")
-        await _wait_until(lambda: len(checks) >= 3, 15, "three failed fetches")
+        await until(lambda: len(checks) >= 3, 15, "three failed fetches")
         await probe.refresh()
         assert probe.readiness() == (
             False,
@@ -140,8 +134,8 @@ async def test_records_the_consumer_cannot_decode_make_the_target_unready(
         assert len(_transport_lines(caplog, "fetch failed")) == 1
 
         monkeypatch.undo()  # the codec is installed after all
-        await _wait_until(lambda: transport.read_problem() is None, 15, "the problem to clear")
-        await _wait_until(lambda: probe.judge.pending_count() == 0, 10, "every canary read")
+        await until(lambda: transport.read_problem() is None, 15, "the problem to clear")
+        await until(lambda: probe.judge.pending_count() == 0, 10, "every canary read")
         await probe.refresh()
         assert probe.readiness()[0], probe.readiness()
     finally:
@@ -226,11 +220,7 @@ def _bridge_config(
 
 
 async def _decide(probe: TargetProbe, within: float = 15.0) -> None:
-    def decided() -> bool:
-        probe.expire(time.time_ns())
-        return probe.pending_count() == 0
-
-    await _wait_until(decided, within, "every canary's fate at every stage")
+    assert await probe.settle(within), "every canary's fate at every stage"
 
 
 @pytest.mark.parametrize("codec", CODECS)

@@ -8,7 +8,7 @@ import logging
 import random
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiomqtt
@@ -24,14 +24,8 @@ from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
 from probe.report import Tally
 from probe.target import TargetProbe
+from tests.conftest import until
 from tests.mosquitto import CuttingProxy, Mosquitto, make_tls_files
-
-
-async def _wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {within}s waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def _config(url: str, prefix: str, **extra: object) -> ProbeConfig:
@@ -53,12 +47,7 @@ async def _probe_rounds(probe: TargetProbe, rounds: int, within: float = 15.0) -
     try:
         for _ in range(rounds):
             await probe.produce_round()
-
-        def decided() -> bool:
-            probe.expire(time.time_ns())
-            return probe.pending_count() == 0
-
-        await _wait_until(decided, within, "every canary's fate")
+        assert await probe.settle(within), "every canary's fate"
     finally:
         consumer.cancel()
         await probe.close()
@@ -90,7 +79,7 @@ async def test_round_trip_on_every_shard(mosquitto: Mosquitto, topic_prefix: str
     await asyncio.wait_for(watching.wait(), 5)
     try:
         await _probe_rounds(probe, rounds=2)
-        await _wait_until(lambda: len(seen) == 10, 5, "the independent subscriber's copies")
+        await until(lambda: len(seen) == 10, 5, "the independent subscriber's copies")
     finally:
         watcher.cancel()
     assert tally.stages[StageName.MQTT].outcomes == {Outcome.DELIVERED.value: 10}
@@ -152,7 +141,7 @@ async def test_hostile_payloads_are_counted_invalid_never_delivered(
         tally.declare_stage(StageName.MQTT)
         stage = tally.stages[StageName.MQTT]
         await probe.produce_round()
-        await _wait_until(lambda: stage.outcomes[Outcome.DELIVERED] == 3, 10, "first round")
+        await until(lambda: stage.outcomes[Outcome.DELIVERED] == 3, 10, "first round")
 
         own = probe.own
         canary = Canary(own.probe_id, own.incarnation, "mqtt", 0, 1000, time.time_ns())
@@ -170,14 +159,14 @@ async def test_hostile_payloads_are_counted_invalid_never_delivered(
             _mosquitto_pub(mosquitto, f"{topic_prefix}/0", payload, tmp_path)
         # Under the prefix but not a shard topic: judged all the same.
         _mosquitto_pub(mosquitto, f"{topic_prefix}/not-a-shard", b"\xca\x9a", tmp_path)
-        await _wait_until(
+        await until(
             lambda: stage.invalid == {**dict.fromkeys(hostile, 1), "malformed": 2},
             10,
             f"each hostile record counted under its reason (so far {stage.invalid})",
         )
         # Canaries keep flowing after the hostile burst.
         await probe.produce_round()
-        await _wait_until(lambda: stage.outcomes[Outcome.DELIVERED] == 6, 10, "second round")
+        await until(lambda: stage.outcomes[Outcome.DELIVERED] == 6, 10, "second round")
     finally:
         consumer.cancel()
         await probe.close()
@@ -316,27 +305,23 @@ async def _away_and_back(
     consumer = asyncio.create_task(probe.consume())
     try:
         await probe.produce_round()
-        await _wait_until(lambda: stage.outcomes[Outcome.DELIVERED] == 3, 10, "a first round")
+        await until(lambda: stage.outcomes[Outcome.DELIVERED] == 3, 10, "a first round")
 
         proxy.cut(b"-sub")
         broker.stop()
         broker.start()
         # Only the publisher can come back while the subscriber is cut off.
-        await _wait_until(lambda: reconnects() >= 1, 15, "the publisher back")
+        await until(lambda: reconnects() >= 1, 15, "the publisher back")
         for _ in range(2):
             await probe.produce_round()
         assert stage.outcomes.get(Outcome.PRODUCE_FAILED.value, 0) == 0
         proxy.restore()
-        await _wait_until(lambda: reconnects() >= 2, 20, "the subscriber back")
+        await until(lambda: reconnects() >= 2, 20, "the subscriber back")
 
-        def decided() -> bool:
-            probe.expire(time.time_ns())
-            return probe.pending_count() == 0
-
-        await _wait_until(decided, 35, "every canary's fate")
+        assert await probe.settle(35), "every canary's fate"
         # And the stage works again after it all.
         await probe.produce_round()
-        await _wait_until(decided, 10, "a round after the return")
+        assert await probe.settle(10), "a round after the return"
     finally:
         consumer.cancel()
         await probe.close()

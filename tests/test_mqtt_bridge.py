@@ -9,9 +9,8 @@ there are shards, so the shard can only come from the canary itself.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import aiomqtt
@@ -26,6 +25,7 @@ from probe.judge import Fate, Finding, Outcome
 from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
 from probe.target import TargetProbe
+from tests.conftest import until
 from tests.mosquitto import Mosquitto
 
 
@@ -113,19 +113,8 @@ def _config(mosquitto: Mosquitto, prefix: str, kafka: EmbeddedBroker, topic: str
     )
 
 
-async def _wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {within}s waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 async def _decide(probe: TargetProbe, within: float = 15.0) -> None:
-    def decided() -> bool:
-        probe.expire(time.time_ns())
-        return probe.pending_count() == 0
-
-    await _wait_until(decided, within, "every canary's fate at every stage")
+    assert await probe.settle(within), "every canary's fate at every stage"
 
 
 async def test_bridge_stage_judges_canaries_carried_into_kafka(
@@ -179,7 +168,7 @@ async def test_a_bridge_that_drops_a_shard(
                 await probe.produce_round()
             await _decide(probe)
             await probe.produce_round()
-            await _wait_until(
+            await until(
                 lambda: fates.of(StageName.BRIDGE).get((2, "delivered")) == 3, 10, "a third round"
             )
             fresh, silent = staleness(0), staleness(1)

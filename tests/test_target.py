@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -19,13 +18,7 @@ from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
 from probe.report import Tally
 from probe.target import TargetProbe
-
-
-async def _wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
+from tests.conftest import until
 
 
 def _config(broker: EmbeddedBroker, topic: str, **extra: object) -> ProbeConfig:
@@ -52,7 +45,7 @@ async def test_every_partition_is_delivered(broker: EmbeddedBroker, topic: str) 
         assert probe.partitions == [0, 1, 2, 3, 4]
         for _ in range(2):
             await probe.produce_round()
-        await _wait_until(lambda: probe.judge.pending_count() == 0, 10, "every fate")
+        await until(lambda: probe.judge.pending_count() == 0, 10, "every fate")
     finally:
         consumer.cancel()
         await probe.close()
@@ -96,14 +89,14 @@ async def test_added_partitions_are_covered(broker: EmbeddedBroker, topic: str) 
     await admin.start()
     try:
         await probe.produce_round()
-        await _wait_until(lambda: probe.judge.pending_count() == 0, 10, "first round")
+        await until(lambda: probe.judge.pending_count() == 0, 10, "first round")
         assert probe.partitions == [0, 1]
         await admin.delete_topics([topic])
         await admin.create_topics([NewTopic(topic, 4, 1)])
         for _ in range(2):
             await probe.produce_round()
         assert probe.partitions == [0, 1, 2, 3]
-        await _wait_until(
+        await until(
             lambda: findings.delivered_on(2) == 2 and findings.delivered_on(3) == 2,
             10,
             "both canaries on each new partition",
@@ -129,11 +122,7 @@ async def test_loss_is_detected_at_the_tail(broker: EmbeddedBroker, topic: str) 
     try:
         await probe.produce_round()
         assert probe.judge.pending_count() == 1
-        await _wait_until(
-            lambda: (probe.stage.expire(time.time_ns()), probe.judge.pending_count() == 0)[1],
-            5,
-            "loss timeout",
-        )
+        assert await probe.settle(5), "the loss timeout"
     finally:
         await probe.close()
     assert tally.stages[StageName.CONSUMER].outcomes == {Outcome.LOST.value: 1}
@@ -151,7 +140,7 @@ async def test_a_broker_that_lost_its_data_is_read_from_the_new_log_at_once(
     try:
         for _ in range(50):
             await probe.produce_round()
-        await _wait_until(lambda: probe.judge.pending_count() == 0, 20, "the first 150 fates")
+        await until(lambda: probe.judge.pending_count() == 0, 20, "the first 150 fates")
         assert {f.outcome for f in findings.fates} == {Outcome.DELIVERED}
         assert all(findings.delivered_on(p) == 50 for p in probe.partitions)
 
@@ -164,7 +153,7 @@ async def test_a_broker_that_lost_its_data_is_read_from_the_new_log_at_once(
             started = time.monotonic()
             await probe.produce_round()
             await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
-        await _wait_until(
+        await until(
             lambda: sum(f.outcome is Outcome.DELIVERED for f in findings.fates[before:]) >= 3,
             within=2,
             what="delivery within two intervals of the broker's return",
@@ -173,8 +162,7 @@ async def test_a_broker_that_lost_its_data_is_read_from_the_new_log_at_once(
             await probe.produce_round()
         # Whatever has not arrived within a few seconds (they take milliseconds) is
         # declared lost by an expiry past every loss deadline.
-        with contextlib.suppress(AssertionError):
-            await _wait_until(lambda: probe.judge.pending_count() == 0, 5, "every fate")
+        await probe.settle(5)  # arrivals take milliseconds; lost ones stay pending
         probe.expire(time.time_ns() + 11 * 10**9)
         after = findings.fates[before:]
         assert not [f for f in after if f.outcome is Outcome.LOST], after
@@ -202,14 +190,14 @@ async def test_every_tick_of_an_outage_is_a_round_and_every_canary_has_a_fate(
     tally.declare_stage(StageName.CONSUMER)
     outcomes = tally.stages[StageName.CONSUMER].outcomes
     try:
-        await _wait_until(lambda: outcomes[Outcome.DELIVERED.value] >= 6, 10, "delivery")
+        await until(lambda: outcomes[Outcome.DELIVERED.value] >= 6, 10, "delivery")
         own_broker.stop()
         stopped = time.monotonic()
         await asyncio.sleep(outage)  # the fault's duration, not a wait for a condition
         own_broker.start()
         restarted = time.monotonic()
         delivered = outcomes[Outcome.DELIVERED.value]
-        await _wait_until(
+        await until(
             lambda: outcomes[Outcome.DELIVERED.value] >= delivered + 6, 30, "delivery again"
         )
     finally:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
@@ -19,12 +17,3 @@ def spark() -> Iterator[SparkSession]:
     for query in session.streams.active:
         query.stop()
     session.stop()
-
-
-async def until(condition: Callable[[], object], *, within: float, what: str) -> None:
-    """Poll a condition without blocking the event loop; fail at the deadline."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.1)

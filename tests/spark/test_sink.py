@@ -25,8 +25,7 @@ from probe.report import Tally
 from probe.spark.health import SparkHealth, source_lag
 from probe.spark.sink import SinkJob, SinkSettings
 from probe.target import TargetProbe
-from tests.conftest import parse_samples, sample
-from tests.spark.conftest import until
+from tests.conftest import parse_samples, sample, until
 
 FIRST_BATCH_TIMEOUT = 180
 
