@@ -14,12 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from probe.config import ProbeConfig, StageName
 from probe.errors import RejectReason
 from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
 
@@ -254,3 +256,24 @@ class ProbeMetrics:
             AnomalyKind.SEQUENCE_JUMP: self.sequence_jumps,
             AnomalyKind.MISROUTED: self.misrouted,
         }[kind]
+
+
+def probe_version() -> str:
+    try:
+        return version("synthetic-sla-probe")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def service_metrics(
+    config: ProbeConfig, *, sink: bool | None = None
+) -> tuple[CollectorRegistry, ProbeMetrics]:
+    """A fresh registry with the probe's metrics; a latency bucket on every threshold.
+
+    ``sink``: whether the Spark sink stage runs (default: whether config.stages has it).
+    """
+    registry = CollectorRegistry()
+    thresholds: tuple[float, ...] = (config.metrics.latency_threshold, config.judge.freshness)
+    if StageName.SINK in config.stages if sink is None else sink:
+        thresholds += (config.sink.freshness, config.sink.latency_threshold)
+    return registry, ProbeMetrics(registry, latency_thresholds=thresholds, version=probe_version())

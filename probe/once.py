@@ -13,11 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from probe.config import ProbeConfig, StageName, TargetKind
@@ -26,6 +24,7 @@ from probe.errors import ConfigError, ProbeError, RejectReason, TransportError
 from probe.judge import Finding, Outcome
 from probe.keys import KeyRing
 from probe.report import Report, StageTally, Tally
+from probe.signals import Interrupted, interruptible
 from probe.target import TargetProbe, target_name
 
 if TYPE_CHECKING:
@@ -40,32 +39,6 @@ EXIT_USAGE = 2
 # reports a process a signal ended (130 for SIGINT, 143 for SIGTERM), so a deploy
 # pipeline tells "interrupted" from "the SLO failed".
 EXIT_SIGNAL_BASE = 128
-
-
-class Interrupted(BaseException):
-    """SIGTERM or SIGINT arrived. A BaseException, like KeyboardInterrupt, so that no
-    ``except Exception`` on the way swallows it before the embedded broker is stopped."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
-
-
-@contextlib.contextmanager
-def interruptible() -> Iterator[None]:
-    """SIGTERM and SIGINT raise :class:`Interrupted` inside the block (the previous
-    handlers are back afterwards): whatever runs there, its context managers and
-    ``finally`` blocks run, the embedded broker's and the Spark session's included."""
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -168,9 +141,7 @@ async def _start_sink(
     cleanup.push_async_callback(sink.stop)
     progress = SinkProgress()  # on a terminal only: Spark's start is ~25 s of silence
     try:
-        await sink.start()
-        assert target.transport is not None
-        await sink.warm_up(target.transport.send, target.partitions, config.probe_id)
+        await sink.attach(target)
     except (TimeoutError, ProbeError) as exc:
         if isinstance(exc, ConfigError):
             raise

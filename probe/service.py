@@ -14,16 +14,14 @@ import asyncio
 import contextlib
 import logging
 import signal
-from importlib.metadata import PackageNotFoundError, version
-
-from prometheus_client import CollectorRegistry
 
 from probe.config import ProbeConfig, StageName, TargetKind
 from probe.endpoints import MetricsServer, build_app
-from probe.errors import ProbeError
+from probe.errors import TransportError
 from probe.keyfile import KeyRingSource
 from probe.keys import KeyRing
-from probe.metrics import ProbeMetrics
+from probe.metrics import service_metrics
+from probe.signals import stop_on_signals
 from probe.target import TargetProbe
 
 log = logging.getLogger(__name__)
@@ -33,37 +31,6 @@ log = logging.getLogger(__name__)
 # gone and never answers.
 TASK_GRACE = 1.5
 CLOSE_GRACE = 2.5
-
-
-def probe_version() -> str:
-    try:
-        return version("synthetic-sla-probe")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
-def stop_on_signals(stop: asyncio.Event | None) -> asyncio.Event:
-    """The event that stops the service; SIGTERM and SIGINT set it."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, stop.set)
-    return stop
-
-
-def service_metrics(
-    config: ProbeConfig, *, sink: bool | None = None
-) -> tuple[CollectorRegistry, ProbeMetrics]:
-    """A fresh registry with the probe's metrics; a latency bucket on every threshold.
-
-    ``sink``: whether the Spark sink stage runs (default: whether config.stages has it).
-    """
-    registry = CollectorRegistry()
-    thresholds: tuple[float, ...] = (config.metrics.latency_threshold, config.judge.freshness)
-    if StageName.SINK in config.stages if sink is None else sink:
-        thresholds += (config.sink.freshness, config.sink.latency_threshold)
-    return registry, ProbeMetrics(registry, latency_thresholds=thresholds, version=probe_version())
 
 
 async def serve(
@@ -104,16 +71,11 @@ async def serve(
     async def probe_forever(target: TargetProbe) -> None:
         await target.connect()
         if sink is not None and target.kind is TargetKind.KAFKA:
-            # Produce only once the sink's source is positioned, or the first canaries
-            # would be written before the sink started reading.
-            sink.watch(target.partitions, config.probe_id)
-            await sink.start()
-            if target.partitions and target.transport is not None:
-                try:
-                    await sink.warm_up(target.transport.send, target.partitions, config.probe_id)
-                except (TimeoutError, ProbeError) as exc:
-                    # Probing goes on: a slow first batch only makes early canaries late.
-                    log.warning("sink warm-up: %s", exc)
+            try:
+                await sink.attach(target)
+            except (TimeoutError, TransportError) as exc:
+                # Probing goes on: a slow first batch only makes early canaries late.
+                log.warning("sink stage: %s", exc)
         consumer = asyncio.create_task(target.consume(), name=f"consume {target.target}")
         try:
             await target.run_rounds(config.interval, stop)

@@ -18,8 +18,7 @@ from probe.embedded import EmbeddedBroker
 from probe.endpoints import MetricsServer, build_app
 from probe.errors import RejectReason
 from probe.judge import Fate, Judge, JudgePolicy, Outcome, OwnProbe, StreamKey
-from probe.metrics import ProbeMetrics, latency_buckets
-from probe.service import service_metrics
+from probe.metrics import ProbeMetrics, latency_buckets, service_metrics
 from tests.conftest import RunningProbe, parse_samples, run_args, sample, wait_for
 
 SECOND = 1_000_000_000

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
@@ -32,6 +32,9 @@ from probe.spark.health import SparkHealth
 from probe.spark.session import starts_own_jvm
 from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
 from probe.stage import Recorder
+
+if TYPE_CHECKING:
+    from probe.target import TargetProbe
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +216,21 @@ class SparkSinkStage:
         )
         job.start()
         return job
+
+    async def attach(self, target: TargetProbe) -> None:
+        """Start beside a connected Kafka target, before it produces anything: the
+        source positioned (or the first canaries would be written before the sink
+        reads), then warm-up canaries through the sink (see :meth:`warm_up`).
+
+        Raises what starting Spark raises (StageFailed, ConfigError), TimeoutError for
+        a query or warm-up slower than its bound, TransportError for a warm-up canary
+        the broker did not take. The caller decides what each means for its job.
+        """
+        probe_id = target.own.probe_id
+        self.watch(target.partitions, probe_id)
+        await self.start()
+        if target.partitions and target.transport is not None:
+            await self.warm_up(target.transport.send, target.partitions, probe_id)
 
     async def warm_up(
         self,

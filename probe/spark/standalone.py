@@ -15,7 +15,8 @@ import logging
 from probe.config import ProbeConfig
 from probe.endpoints import MetricsServer, build_app
 from probe.keys import KeyRing
-from probe.service import service_metrics, stop_on_signals
+from probe.metrics import service_metrics
+from probe.signals import stop_on_signals
 from probe.spark.stage import SparkSinkStage
 
 log = logging.getLogger(__name__)
