@@ -27,7 +27,7 @@ import click
 
 from probe import config as config_module
 from probe import logs, tracing
-from probe.config import ProbeConfig, TargetKind
+from probe.config import ProbeConfig
 from probe.errors import ConfigError
 from probe.keyfile import (
     KeyRingSource,
@@ -330,12 +330,7 @@ def run(config_file: Path | None, **flags: Any) -> None:
     try:
         config = _load(config_file, flags)
         keyring = _keyring(config, ephemeral_ok=config.allow_ephemeral_key)
-        if TargetKind.KAFKA in config.targets and not config.kafka.bootstrap_servers:
-            raise ConfigError(
-                "kafka.bootstrap_servers", "required for run (--bootstrap-servers or --mqtt-url)"
-            )
-        if "sink" in config.stages:
-            _require_sink_settings(config)
+        config_module.require_for_service(config)
     except ConfigError as error:
         _fail_config(error)
         return
@@ -374,7 +369,7 @@ def sink(config_file: Path | None, **flags: Any) -> None:
             missing="required: the sink verifies canaries signed by a `sla-probe run` "
             "elsewhere, so give it the same key file (--signing-key-file)",
         )
-        _require_sink_settings(config)
+        config_module.require_for_service(config, sink_only=True)
     except ConfigError as error:
         _fail_config(error)
         return
@@ -390,14 +385,6 @@ def sink(config_file: Path | None, **flags: Any) -> None:
     if problem is not None:
         click.echo(f"sla-probe: sink stage ended: {problem}", err=True)
         sys.exit(1)
-
-
-def _require_sink_settings(config: ProbeConfig) -> None:
-    # A long-running sink must keep its checkpoint and tables somewhere durable.
-    if not config.kafka.bootstrap_servers:
-        raise ConfigError("kafka.bootstrap_servers", "required by the sink stage")
-    if config.sink.path is None:
-        raise ConfigError("sink.path", "required for a long-running sink (--sink-path)")
 
 
 @main.command()

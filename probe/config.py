@@ -235,6 +235,27 @@ class KafkaConfig(_Section):
     tls: TlsConfig | None = None
     sasl: SaslConfig | None = None
 
+    def security_options(self) -> dict[str, str | bool]:
+        """TLS and SASL as Kafka clients name them: kafka-python's names, which the
+        Spark source passes on as they are and aiokafka shares (but for TLS, which it
+        takes as one SSLContext built from the ``ssl_*`` entries). One mapping for
+        every client the probe runs."""
+        options: dict[str, str | bool] = {}
+        if self.tls is not None:
+            options["security_protocol"] = "SSL"
+            if self.tls.ca_file:
+                options["ssl_cafile"] = str(self.tls.ca_file)
+            if self.tls.cert_file and self.tls.key_file:
+                options["ssl_certfile"] = str(self.tls.cert_file)
+                options["ssl_keyfile"] = str(self.tls.key_file)
+            options["ssl_check_hostname"] = self.tls.check_hostname
+        if self.sasl is not None:
+            options["security_protocol"] = "SASL_SSL" if self.tls else "SASL_PLAINTEXT"
+            options["sasl_mechanism"] = self.sasl.mechanism
+            options["sasl_plain_username"] = self.sasl.username
+            options["sasl_plain_password"] = self.sasl.password.get_secret_value()
+        return options
+
 
 def _names(value: object) -> object:
     """A list of names from YAML, or comma-separated from a flag or the environment."""
@@ -519,6 +540,25 @@ class ProbeConfig(_Section):
         if "mqtt" in targets and not mqtt_url:
             raise ValueError("mqtt needs mqtt.url (--mqtt-url)")
         return tuple(dict.fromkeys(targets))
+
+
+def require_for_service(config: ProbeConfig, *, sink_only: bool = False) -> None:
+    """The settings a long-running command needs beyond what any config must hold.
+
+    ``run`` (and ``sink``, with ``sink_only``) runs for good: it has no embedded broker
+    to fall back on, and a sink stage keeps its checkpoint and tables somewhere that
+    outlives the process. ``once`` needs none of this.
+    """
+    if sink_only or StageName.SINK in config.stages:
+        if not config.kafka.bootstrap_servers:
+            raise ConfigError("kafka.bootstrap_servers", "required by the sink stage")
+        if config.sink.path is None:
+            raise ConfigError("sink.path", "required for a long-running sink (--sink-path)")
+    kafka_target = not sink_only and TargetKind.KAFKA in config.targets
+    if kafka_target and not config.kafka.bootstrap_servers:
+        raise ConfigError(
+            "kafka.bootstrap_servers", "required for run (--bootstrap-servers or --mqtt-url)"
+        )
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: object) -> None:

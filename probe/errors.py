@@ -66,11 +66,25 @@ class TransportError(ProbeError):
     """The broker could not be reached, or refused an operation."""
 
 
-class ProduceFailed(TransportError):
-    """One canary was not acknowledged. ``reason`` is a short, low-cardinality label."""
+class ProduceFailure(StrEnum):
+    """Why a canary was not acknowledged: the ``reason`` label values, a small and
+    stable set, whatever client library a transport maps from."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
+    TIMEOUT = "timeout"
+    BROKER_UNAVAILABLE = "broker_unavailable"
+    NOT_LEADER = "not_leader"
+    NOT_ENOUGH_REPLICAS = "not_enough_replicas"
+    UNKNOWN_PARTITION = "unknown_partition"
+    NOT_AUTHORIZED = "not_authorized"
+    TOO_LARGE = "too_large"
+    OTHER = "other"
+
+
+class ProduceFailed(TransportError):
+    """One canary was not acknowledged, and why."""
+
+    def __init__(self, reason: ProduceFailure, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else str(reason))
         self.reason = reason
 
 

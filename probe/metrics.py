@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from probe.config import ProbeConfig, StageName
-from probe.errors import RejectReason
+from probe.errors import ProduceFailure, RejectReason
 from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
 
 _BASE_BUCKETS = (
@@ -217,6 +217,8 @@ class ProbeMetrics:
         self.partitions.labels(target)
         self.ready.labels(target)
         self.reconnects.labels(target)
+        for reason in ProduceFailure:
+            self.produce_errors.labels(target, reason.value)
 
     def declare_stage(self, target: str, stage: str, judge: StalenessSource) -> None:
         """Create every series the SLO reads for this stage at zero, and export its staleness.

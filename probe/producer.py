@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 from probe import tracing
 from probe.canary import Canary, encode
-from probe.errors import ProduceFailed
+from probe.errors import ProduceFailed, ProduceFailure
 from probe.judge import OwnProbe
 from probe.keys import KeySource
 from probe.metrics import ProbeMetrics
@@ -141,7 +141,9 @@ class CanaryProducer:
                     async with asyncio.timeout_at(deadline):
                         await asyncio.shield(previous)
                 except TimeoutError:
-                    self._failed(self._canary(partition, None), ProduceFailed("timeout"))
+                    self._failed(
+                        self._canary(partition, None), ProduceFailed(ProduceFailure.TIMEOUT)
+                    )
                     return
             await self._send(partition, deadline)
         finally:
@@ -172,7 +174,7 @@ class CanaryProducer:
                 async with asyncio.timeout_at(deadline):
                     await self._transport.send(partition, payload)
             except TimeoutError:
-                self._failed(canary, ProduceFailed("timeout"))
+                self._failed(canary, ProduceFailed(ProduceFailure.TIMEOUT))
                 return
             except ProduceFailed as failure:
                 self._failed(canary, failure)

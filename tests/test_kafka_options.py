@@ -14,6 +14,8 @@ import pytest
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, NotLeaderForPartitionError
 
 from probe.config import load
+from probe.spark.kafka_source import client_config
+from probe.spark.stage import kafka_client_options
 from probe.transport.kafka import connection_options, produce_failure_reason
 
 
@@ -91,3 +93,30 @@ def test_produce_failures_map_to_few_reasons() -> None:
     assert produce_failure_reason(KafkaConnectionError()) == "broker_unavailable"
     assert produce_failure_reason(NotLeaderForPartitionError()) == "not_leader"
     assert produce_failure_reason(RuntimeError()) == "other"
+
+
+def test_the_spark_source_gets_the_same_security_settings(ca_file: Path) -> None:
+    """The sink's executors read with kafka-python: the probe's TLS and SASL settings
+    reach it through the source's text options, typed back on the way in."""
+    config = load(
+        overrides={
+            "kafka.bootstrap_servers": "k1:9092,k2:9092",
+            "kafka.tls.ca_file": str(ca_file),
+            "kafka.tls.check_hostname": False,
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.username": "probe",
+            "kafka.sasl.password": "s3cret",
+        }
+    )
+    options = {f"kafka.{name}": value for name, value in kafka_client_options(config.kafka).items()}
+    client = client_config({"bootstrap.servers": "k1:9092,k2:9092", **options})
+    assert client == {
+        "bootstrap_servers": ["k1:9092", "k2:9092"],
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": str(ca_file),
+        "ssl_check_hostname": False,
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "probe",
+        "sasl_plain_password": "s3cret",
+    }
+    assert client_config({"bootstrap.servers": "k:9092"}) == {"bootstrap_servers": ["k:9092"]}

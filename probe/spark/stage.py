@@ -45,28 +45,18 @@ WARMUP_TIMEOUT = 120.0
 
 
 def kafka_client_options(kafka: KafkaConfig) -> dict[str, str]:
-    """The probe's Kafka connection settings as kafka-python options for the source."""
-    options: dict[str, str] = {}
-    if kafka.tls is not None:
-        options["security.protocol"] = "SSL"
-        if kafka.tls.ca_file:
-            options["ssl.cafile"] = str(kafka.tls.ca_file)
-        if kafka.tls.cert_file and kafka.tls.key_file:
-            options["ssl.certfile"] = str(kafka.tls.cert_file)
-            options["ssl.keyfile"] = str(kafka.tls.key_file)
-        options["ssl.check.hostname"] = str(kafka.tls.check_hostname).lower()
-    if kafka.sasl is not None:
-        options["security.protocol"] = "SASL_SSL" if kafka.tls else "SASL_PLAINTEXT"
-        options["sasl.mechanism"] = kafka.sasl.mechanism
-        options["sasl.plain.username"] = kafka.sasl.username
-        options["sasl.plain.password"] = kafka.sasl.password.get_secret_value()
-    return options
+    """The probe's Kafka security settings as the source's ``kafka.*`` options (text,
+    dotted: the source turns them back into kafka-python's names and types)."""
+    return {
+        name.replace("_", "."): str(value).lower() if isinstance(value, bool) else value
+        for name, value in kafka.security_options().items()
+    }
 
 
 def sink_settings(config: ProbeConfig, path: str) -> SinkSettings:
     kafka, sink = config.kafka, config.sink
-    if not kafka.bootstrap_servers:
-        raise ConfigError("kafka.bootstrap_servers", "required by the sink stage")
+    # The commands check this first (require_for_service; once has its broker).
+    assert kafka.bootstrap_servers, "kafka.bootstrap_servers is required by the sink stage"
     return SinkSettings(
         bootstrap_servers=kafka.bootstrap_servers,
         topic=kafka.topic,

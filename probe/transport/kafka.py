@@ -29,29 +29,28 @@ from aiokafka.errors import (
 from aiokafka.helpers import create_ssl_context
 
 from probe.config import KafkaConfig
-from probe.errors import ProduceFailed, TransportError
+from probe.errors import ProduceFailed, ProduceFailure, TransportError
 from probe.transport import Arrival
 
 log = logging.getLogger(__name__)
 
-# Produce error reasons are a label: keep the set small and stable.
-_PRODUCE_REASONS: tuple[tuple[type[BaseException], str], ...] = (
-    (KafkaTimeoutError, "timeout"),
-    (asyncio.TimeoutError, "timeout"),
-    (KafkaConnectionError, "broker_unavailable"),
-    (NotLeaderForPartitionError, "not_leader"),
-    (NotEnoughReplicasError, "not_enough_replicas"),
-    (UnknownTopicOrPartitionError, "unknown_partition"),
-    (TopicAuthorizationFailedError, "not_authorized"),
-    (MessageSizeTooLargeError, "too_large"),
+_PRODUCE_REASONS: tuple[tuple[type[BaseException], ProduceFailure], ...] = (
+    (KafkaTimeoutError, ProduceFailure.TIMEOUT),
+    (asyncio.TimeoutError, ProduceFailure.TIMEOUT),
+    (KafkaConnectionError, ProduceFailure.BROKER_UNAVAILABLE),
+    (NotLeaderForPartitionError, ProduceFailure.NOT_LEADER),
+    (NotEnoughReplicasError, ProduceFailure.NOT_ENOUGH_REPLICAS),
+    (UnknownTopicOrPartitionError, ProduceFailure.UNKNOWN_PARTITION),
+    (TopicAuthorizationFailedError, ProduceFailure.NOT_AUTHORIZED),
+    (MessageSizeTooLargeError, ProduceFailure.TOO_LARGE),
 )
 
 
-def produce_failure_reason(exc: BaseException) -> str:
+def produce_failure_reason(exc: BaseException) -> ProduceFailure:
     for kind, reason in _PRODUCE_REASONS:
         if isinstance(exc, kind):
             return reason
-    return "other"
+    return ProduceFailure.OTHER
 
 
 def connection_options(config: KafkaConfig) -> dict[str, Any]:
@@ -61,21 +60,17 @@ def connection_options(config: KafkaConfig) -> dict[str, Any]:
         "client_id": config.client_id,
         "request_timeout_ms": int(config.send_timeout * 1000),
     }
+    security = config.security_options()
+    tls = {name: security.pop(name) for name in list(security) if name.startswith("ssl_")}
     if config.tls is not None:
-        options["ssl_context"] = create_ssl_context(
-            cafile=str(config.tls.ca_file) if config.tls.ca_file else None,
-            certfile=str(config.tls.cert_file) if config.tls.cert_file else None,
-            keyfile=str(config.tls.key_file) if config.tls.key_file else None,
+        context = create_ssl_context(
+            cafile=tls.get("ssl_cafile"),
+            certfile=tls.get("ssl_certfile"),
+            keyfile=tls.get("ssl_keyfile"),
         )
-        options["ssl_context"].check_hostname = config.tls.check_hostname
-    if config.sasl is not None:
-        options["security_protocol"] = "SASL_SSL" if config.tls else "SASL_PLAINTEXT"
-        options["sasl_mechanism"] = config.sasl.mechanism
-        options["sasl_plain_username"] = config.sasl.username
-        options["sasl_plain_password"] = config.sasl.password.get_secret_value()
-    elif config.tls is not None:
-        options["security_protocol"] = "SSL"
-    return options
+        context.check_hostname = bool(tls["ssl_check_hostname"])
+        options["ssl_context"] = context
+    return {**options, **security}
 
 
 class KafkaTransport:

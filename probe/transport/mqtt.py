@@ -57,7 +57,7 @@ from tenacity import (
 
 from probe import tracing
 from probe.config import MqttConfig, MqttTlsConfig, parse_mqtt_url
-from probe.errors import ProduceFailed, TransportError
+from probe.errors import ProduceFailed, ProduceFailure, TransportError
 from probe.transport import Arrival
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class MqttTransport:
     async def send(self, partition: int, payload: bytes) -> None:
         client = self._publisher
         if client is None:
-            raise ProduceFailed("broker_unavailable", self._publisher_problem)
+            raise ProduceFailed(ProduceFailure.BROKER_UNAVAILABLE, self._publisher_problem)
         try:
             async with asyncio.timeout(self._config.send_timeout):
                 await client.publish(
@@ -176,13 +176,17 @@ class MqttTransport:
                 )
         except TimeoutError as exc:
             raise ProduceFailed(
-                "timeout", f"no acknowledgement in {self._config.send_timeout:g}s"
+                ProduceFailure.TIMEOUT, f"no acknowledgement in {self._config.send_timeout:g}s"
             ) from exc
         except MqttCodeError as exc:
-            reason = "broker_unavailable" if exc.rc == MQTT_ERR_NO_CONN else "other"
+            reason = (
+                ProduceFailure.BROKER_UNAVAILABLE
+                if exc.rc == MQTT_ERR_NO_CONN
+                else ProduceFailure.OTHER
+            )
             raise ProduceFailed(reason, str(exc)) from exc
         except MqttError as exc:
-            raise ProduceFailed("other", str(exc)) from exc
+            raise ProduceFailed(ProduceFailure.OTHER, str(exc)) from exc
 
     async def arrivals(self) -> AsyncIterator[Arrival]:
         while True:
