@@ -11,6 +11,7 @@ rising while a partition is silent even though no event updates it.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -91,6 +92,103 @@ class StalenessCollector(Collector):
                     [source.target, source.stage, str(key.partition)], staleness_ns / 1e9
                 )
         yield family
+
+
+_BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class SinkQueryMetrics(Collector):
+    """The Spark sink query's own series (see probe.spark.health for what each means).
+
+    Fed once per micro-batch from Spark's progress events, on Spark's listener thread.
+    Watermark skew and source lag are computed at scrape time from the last values
+    seen, so skew keeps rising while the query is stalled and no event arrives.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        target: str,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.target = target
+        self._clock_ns = clock_ns
+        self._lock = threading.Lock()
+        self._started_ns = clock_ns()
+        self._watermark_ns: int | None = None
+        self._lag: int | None = None
+        self.batch_duration = Histogram(
+            "synthetic_sla_spark_batch_duration_seconds",
+            "Wall time of each micro-batch of the sink query.",
+            ["target"],
+            buckets=_BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.commit_duration = Histogram(
+            "synthetic_sla_spark_commit_duration_seconds",
+            "Time to write the offset WAL and the commit log of each micro-batch.",
+            ["target"],
+            buckets=_BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.overruns = Counter(
+            "synthetic_sla_spark_trigger_overruns",
+            "Micro-batches that took longer than the trigger interval.",
+            ["target"],
+            registry=registry,
+        )
+        self.dropped = Counter(
+            "synthetic_sla_spark_rows_dropped_by_watermark",
+            "Rows older than the watermark, dropped before the judge.",
+            ["target"],
+            registry=registry,
+        )
+        for metric in (self.batch_duration, self.commit_duration, self.overruns, self.dropped):
+            metric.labels(target)
+        registry.register(self)
+
+    def batch(
+        self,
+        *,
+        duration_s: float | None,
+        trigger_s: float,
+        commit_s: float,
+        dropped: int,
+        watermark_ns: int | None,
+        lag: int | None,
+    ) -> None:
+        """One micro-batch's figures; None for what it did not report."""
+        if duration_s is not None:
+            self.batch_duration.labels(self.target).observe(duration_s)
+            if duration_s > trigger_s:
+                self.overruns.labels(self.target).inc()
+        self.commit_duration.labels(self.target).observe(commit_s)
+        if dropped:
+            self.dropped.labels(self.target).inc(dropped)
+        with self._lock:
+            if watermark_ns:
+                self._watermark_ns = watermark_ns
+            if lag is not None:
+                self._lag = lag
+
+    def collect(self) -> Iterator[Metric]:
+        now_ns = self._clock_ns()
+        with self._lock:
+            watermark, lag = self._watermark_ns, self._lag
+        skew = GaugeMetricFamily(
+            "synthetic_sla_watermark_skew_seconds",
+            "Now minus the sink query's event-time watermark (since start until the first).",
+            labels=["target"],
+        )
+        skew.add_metric([self.target], max(0, now_ns - (watermark or self._started_ns)) / 1e9)
+        yield skew
+        lag_family = GaugeMetricFamily(
+            "synthetic_sla_spark_source_lag_records",
+            "Records between the source's latest and processed offsets.",
+            labels=["target"],
+        )
+        lag_family.add_metric([self.target], float(lag or 0))
+        yield lag_family
 
 
 class ProbeMetrics:
@@ -248,6 +346,26 @@ class ProbeMetrics:
 
     def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None:
         self.invalid.labels(target, stage, reason.value).inc()
+
+    # -- TargetRecorder: what the producer and the target report -------------------
+
+    def round_started(self, target: str) -> None:
+        self.rounds.labels(target).inc()
+
+    def acked(self, target: str, seconds: float) -> None:
+        self.produce_latency.labels(target).observe(seconds)
+
+    def produce_failed(self, target: str, reason: ProduceFailure) -> None:
+        self.produce_errors.labels(target, reason.value).inc()
+
+    def target_ready(self, target: str, ready: bool) -> None:
+        self.ready.labels(target).set(1 if ready else 0)
+
+    def target_partitions(self, target: str, count: int) -> None:
+        self.partitions.labels(target).set(count)
+
+    def reconnected(self, target: str) -> None:
+        self.reconnects.labels(target).inc()
 
     def _anomaly_counter(self, kind: AnomalyKind) -> Counter:
         return {

@@ -26,8 +26,7 @@ from probe.canary import Canary, encode
 from probe.errors import ProduceFailed, ProduceFailure
 from probe.judge import OwnProbe
 from probe.keys import KeySource
-from probe.metrics import ProbeMetrics
-from probe.stage import Stage
+from probe.stage import Stage, TargetRecorder
 from probe.transport import Transport
 
 
@@ -59,7 +58,7 @@ class CanaryProducer:
         transport: Transport,
         keyring: KeySource,
         stages: Sequence[Stage],
-        metrics: ProbeMetrics | None = None,
+        metrics: TargetRecorder | None = None,
         pad_to: int = 0,
         max_in_flight: int | None = None,
         spacing: float = 0.0,
@@ -89,7 +88,7 @@ class CanaryProducer:
         earlier (its metadata refresh took a while) passes its own.
         """
         if self._metrics is not None:
-            self._metrics.rounds.labels(self._target).inc()
+            self._metrics.round_started(self._target)
         if deadline is None:
             deadline = asyncio.get_running_loop().time() + self._send_timeout
         if self._max_in_flight is None and not self._spacing:
@@ -182,15 +181,13 @@ class CanaryProducer:
         acked_ns = self._clock_ns()
         self._next_seq[partition] = seq + 1
         if self._metrics is not None:
-            self._metrics.produce_latency.labels(self._target).observe(
-                (acked_ns - canary.produced_ns) / 1e9
-            )
+            self._metrics.acked(self._target, (acked_ns - canary.produced_ns) / 1e9)
         for stage in self._stages:
             stage.on_acked(canary, acked_ns)
 
     def _failed(self, canary: Canary, failure: ProduceFailed) -> None:
         now_ns = self._clock_ns()
         if self._metrics is not None:
-            self._metrics.produce_errors.labels(self._target, failure.reason).inc()
+            self._metrics.produce_failed(self._target, failure.reason)
         for stage in self._stages:
             stage.on_produce_failed(canary, now_ns)

@@ -19,7 +19,7 @@ from typing import Protocol
 from probe import tracing
 from probe.canary import Canary, decode
 from probe.config import StageName
-from probe.errors import CanaryRejected, RejectReason
+from probe.errors import CanaryRejected, ProduceFailure, RejectReason
 from probe.judge import (
     Anomaly,
     AnomalyKind,
@@ -42,6 +42,23 @@ class Recorder(Protocol):
     def count(self, target: str, stage: str, findings: Sequence[Finding]) -> None: ...
 
     def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None: ...
+
+
+class TargetRecorder(Protocol):
+    """Where a target's own events go (the Prometheus metrics): rounds, the broker's
+    acknowledgements and refusals, readiness, reconnections."""
+
+    def round_started(self, target: str) -> None: ...
+
+    def acked(self, target: str, seconds: float) -> None: ...
+
+    def produce_failed(self, target: str, reason: ProduceFailure) -> None: ...
+
+    def target_ready(self, target: str, ready: bool) -> None: ...
+
+    def target_partitions(self, target: str, count: int) -> None: ...
+
+    def reconnected(self, target: str) -> None: ...
 
 
 def classify(

@@ -131,7 +131,7 @@ class TargetProbe:
             )
         self._ready, self._reason = ready, reason
         if self._metrics is not None:
-            self._metrics.ready.labels(self.target).set(1 if ready else 0)
+            self._metrics.target_ready(self.target, ready)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -187,7 +187,7 @@ class TargetProbe:
 
     def _count_reconnect(self) -> None:
         if self._metrics is not None:
-            self._metrics.reconnects.labels(self.target).inc()
+            self._metrics.reconnected(self.target)
 
     async def close(self) -> None:
         transports = [t for t in (self.transport, *self._readers.values()) if t is not None]
@@ -230,7 +230,7 @@ class TargetProbe:
         for stage in self.stages:
             stage.watch(partitions, now_ns)
         if self._metrics is not None:
-            self._metrics.partitions.labels(self.target).set(len(partitions))
+            self._metrics.target_partitions(self.target, len(partitions))
         problems = [
             await self._cover_reader(name, reader, timeout)
             for name, reader in self._readers.items()

@@ -47,7 +47,7 @@ async def serve_sink(
     try:
         await sink.start()
         state.update(ready=True, reason="sink query running")
-        metrics.ready.labels(config.target).set(1)
+        metrics.target_ready(config.target, True)
         problem = await _watch(sink, stop)
         if problem is not None:
             log.error("sink stage ended: %s", problem)
