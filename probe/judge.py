@@ -130,6 +130,7 @@ __all__ = [
     "OwnProbe",
     "StreamKey",
     "StreamState",
+    "arrival_outcome",
 ]
 
 
@@ -223,6 +224,17 @@ class OwnProbe:
     incarnation: int
 
 
+def arrival_outcome(latency_ns: int, freshness_ns: int) -> Outcome:
+    """The fate of a canary that arrived with this latency: delivered within the
+    freshness deadline (inclusive), late after it. The one rule, wherever a stage
+    decides it (the Spark sink decides again at its commit; see probe.spark.rows).
+
+    >>> arrival_outcome(5, 5).value, arrival_outcome(6, 5).value
+    ('delivered', 'late')
+    """
+    return Outcome.DELIVERED if latency_ns <= freshness_ns else Outcome.LATE
+
+
 # A canary's name within its stream.
 _Ident = tuple[int, int]  # (incarnation, seq)
 
@@ -299,7 +311,7 @@ class StreamState:
 
         self.pending.pop(ident, None)
         latency_ns = max(0, now_ns - canary.produced_ns)
-        outcome = Outcome.DELIVERED if latency_ns <= policy.freshness_ns else Outcome.LATE
+        outcome = arrival_outcome(latency_ns, policy.freshness_ns)
         findings: list[Finding] = [Fate(key, seq, outcome, latency_ns)]
         if current:
             if self.high_arrived is not None and seq < self.high_arrived:

@@ -7,6 +7,7 @@ deadline and fails with what it last saw.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import signal
 import subprocess
@@ -43,13 +44,21 @@ def wait_for(condition: Callable[[], T], *, timeout: float, what: str, every: fl
     pytest.fail(f"timed out after {timeout}s waiting for {what} (last value: {last!r})")
 
 
-async def until(condition: Callable[[], object], within: float, what: str) -> None:
-    """Poll a condition without blocking the event loop; fail at the deadline."""
+async def until(
+    condition: Callable[[], object], within: float, what: str, every: float = 0.02
+) -> None:
+    """Poll a condition without blocking the event loop; fail at the deadline. The
+    condition may be a coroutine function (one that acts, then tells)."""
     deadline = time.monotonic() + within
-    while not condition():
+    while True:
+        met = condition()
+        if inspect.isawaitable(met):
+            met = await met
+        if met:
+            return
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(every)
 
 
 @pytest.fixture(scope="session")

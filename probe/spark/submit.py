@@ -6,17 +6,22 @@ spark-submit runs a Python *file*, not a console script or a module::
       $(python -c 'import probe.spark.submit as m; print(m.__file__)') \\
       --config sink.yaml --signing-key-file keys.json
 
-A file run as a script has its own directory first on ``sys.path``: no module of the
-package may be named like a top-level one it imports (the metrics endpoints are
-``probe/endpoints.py``, not ``http.py``, for this reason).
+A file run as a script has its own directory first on ``sys.path``, where the
+package's modules would shadow top-level ones of the same name (a module named
+``operator`` here once hid the standard library's). The package avoids such names
+(``probe/endpoints.py``, not ``http.py``), and this file takes its directory off the
+path before importing anything, so a new module cannot break spark-submit again.
 """
 
+import os
 import sys
-
-from probe.cli import main
 
 
 def _main() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != here]
+    from probe.cli import main  # noqa: PLC0415 - only once the path is safe
+
     main(["sink", *sys.argv[1:]], prog_name="sla-probe")
 
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -19,10 +20,11 @@ from pyspark.sql import Row, SparkSession
 from probe.canary import Canary, encode
 from probe.config import StageName, load
 from probe.embedded import EmbeddedBroker
-from probe.judge import Outcome
+from probe.judge import Anomaly, AnomalyKind, Fate, Outcome, StreamKey
 from probe.keys import KeyRing, generate_key_ring
 from probe.report import Tally
 from probe.spark.health import SparkHealth, source_lag
+from probe.spark.rows import at_commit, finding_of, finding_row
 from probe.spark.sink import SinkJob, SinkSettings
 from probe.target import TargetProbe
 from tests.conftest import parse_samples, sample, until
@@ -247,8 +249,6 @@ def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, st
 
 def test_delivered_or_late_is_decided_at_commit() -> None:
     """The judge decides at the batch's start; what counts is produce to commit."""
-    settings = _settings_for_freshness(5.0)
-    job = SinkJob(None, settings, generate_key_ring(), recorders=[])  # type: ignore[arg-type]
     second = 1_000_000_000
     rows = pd.DataFrame(
         {
@@ -257,20 +257,33 @@ def test_delivered_or_late_is_decided_at_commit() -> None:
             "produced_ns": [96 * second, 94 * second, None, 94 * second],
         }
     )
-    judged = job._judge_freshness(rows, commit_ns=100 * second)
+    judged = at_commit(rows, commit_ns=100 * second, freshness_ns=5 * second)
     assert list(judged["outcome"]) == ["delivered", "late", "lost", None]
+    assert [None if pd.isna(ns) else ns for ns in judged["latency_ns"]] == [
+        4 * second,
+        6 * second,
+        None,
+        None,
+    ]
 
 
-def _settings_for_freshness(freshness_s: float) -> SinkSettings:
-    return SinkSettings(
-        bootstrap_servers="127.0.0.1:1",
-        topic="t",
-        path="/nonexistent",
-        target="kafka",
-        probe_id="probe-under-test",
-        freshness_s=freshness_s,
-        loss_timeout_s=60.0,
+def test_judged_rows_stand_for_the_findings_they_were_built_from() -> None:
+    key = StreamKey("probe-a", "kafka", 2)
+    arrival = SimpleNamespace(kafka_partition=2, kafka_offset=41)
+    findings = [
+        Fate(key, 7, Outcome.DELIVERED, 3 * 10**9),
+        Fate(key, 8, Outcome.LOST, None),
+        Anomaly(key, 7, AnomalyKind.DUPLICATE),
+    ]
+    produced = [97 * 10**9, None, None]
+    rows = pd.DataFrame(
+        [
+            finding_row(f, 1, 99 * 10**9, arrival, ns)
+            for f, ns in zip(findings, produced, strict=True)
+        ]
     )
+    committed = at_commit(rows, commit_ns=100 * 10**9, freshness_ns=5 * 10**9)
+    assert [finding_of(row, "kafka") for row in committed.itertuples(index=False)] == findings
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from probe.config import load
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.keys import generate_key_ring
 from probe.spark.standalone import serve_sink
-from tests.conftest import RunningProbe, http_status, run_args, sample, scrape, wait_for
+from tests.conftest import RunningProbe, http_status, run_args, sample, scrape, until, wait_for
 
 SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
 # Spark's start-up, the query's positioning batch and the Python workers' start.
@@ -151,10 +150,7 @@ async def test_the_standalone_sink_ends_when_its_query_does(
     async def ready() -> bool:
         return serving.done() or await asyncio.to_thread(http_status, port, "/readyz") == 200
 
-    deadline = time.monotonic() + SINK_UP
-    while not await ready():
-        assert time.monotonic() < deadline, "the standalone sink was not ready in time"
-        await asyncio.sleep(0.2)
+    await until(ready, SINK_UP, "the standalone sink ready", every=0.2)
     (query,) = [q for q in spark.streams.active if q.name == "synthetic_sla_sink"]
     await asyncio.to_thread(query.stop)
     assert await asyncio.wait_for(serving, 30) == "sink query stopped"

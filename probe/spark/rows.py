@@ -1,0 +1,274 @@
+"""The sink's rows: what the decoder emits, what the judge emits, and the findings
+they stand for.
+
+Records cross Spark's boundaries as rows: the decoder (on the executors) turns each
+record into a :data:`DECODED` row, the stateful judge turns those into :data:`JUDGED`
+rows, and the commit step turns judged rows back into findings with
+:func:`finding_of`, the inverse of the row builders here. Classification is the
+stages' own (:func:`probe.stage.classify`), so a record means the same thing here as
+at every other stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pandas as pd
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from probe.canary import Canary
+from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Outcome, StreamKey, arrival_outcome
+from probe.keys import KeyRing
+
+DECODED = StructType(
+    [
+        StructField("probe_id", StringType()),
+        StructField("target", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("incarnation", LongType()),
+        StructField("seq", LongType()),
+        StructField("produced_ns", LongType()),
+        StructField("produced_at", TimestampType()),
+        StructField("trace_context", StringType()),
+        StructField("reason", StringType()),  # null for a valid canary
+        StructField("kafka_partition", IntegerType()),
+        StructField("kafka_offset", LongType()),
+        StructField("value", BinaryType()),  # kept for rejected records only
+    ]
+)
+
+# Verdicts of records that are not judged, beside the RejectReason values.
+FOREIGN = AnomalyKind.FOREIGN.value
+MISROUTED = AnomalyKind.MISROUTED.value
+
+# The grouping key of rejected records (with their Kafka partition). Were a canary to
+# claim it as its probe id, rows would still be told apart by their `reason`.
+QUARANTINE_KEY = "\x00rejected"
+
+# What the judge emits; `kind` says which columns mean something:
+#   canary   a valid arrival (every one, duplicates included) for the canaries table
+#   fate     outcome = delivered | late | lost | produce_failed
+#   anomaly  outcome = duplicate | out_of_order | resurrected
+#   invalid  outcome = the rejection reason; value = the raw record
+JUDGED = StructType(
+    [
+        StructField("kind", StringType()),
+        StructField("probe_id", StringType()),
+        StructField("target", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("incarnation", LongType()),
+        StructField("seq", LongType()),
+        StructField("produced_ns", LongType()),
+        StructField("outcome", StringType()),
+        StructField("judged_ns", LongType()),
+        StructField("kafka_partition", IntegerType()),
+        StructField("kafka_offset", LongType()),
+        StructField("trace_context", StringType()),
+        StructField("value", BinaryType()),
+    ]
+)
+
+
+def decode_batches(
+    keyring_json: str, max_size: int, probe_id: str
+) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """The executor-side decoder for mapInPandas. Never raises for hostile bytes.
+
+    Records are classified exactly as the other stages classify them (foreign, invalid
+    with a reason, or a verified canary); ``reason`` carries the verdict of a record
+    that is not judged: a :class:`RejectReason`, ``foreign``, or ``misrouted`` for a
+    verified canary read from another Kafka partition than the one it names.
+    """
+
+    def decode_frames(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        from probe.canary import Canary  # noqa: PLC0415 - runs on the executors
+        from probe.stage import classify  # noqa: PLC0415
+
+        keyring = KeyRing.from_json(keyring_json)
+        for frame in frames:
+            rows = []
+            for kafka_partition, offset, value in zip(
+                frame["partition"], frame["offset"], frame["value"], strict=True
+            ):
+                payload = bytes(value) if value is not None else b""
+                verdict = classify(payload, keyring, probe_id, max_size=max_size)
+                if verdict is None:
+                    rows.append(_unjudged_row(FOREIGN, None, int(kafka_partition), int(offset)))
+                    continue
+                if not isinstance(verdict, Canary):
+                    rows.append(
+                        _unjudged_row(
+                            verdict.reason.value,
+                            verdict.claimed_probe_id,
+                            int(kafka_partition),
+                            int(offset),
+                            # A record too large to be a canary is not worth keeping whole.
+                            payload[:65536],
+                        )
+                    )
+                    continue
+                rows.append(
+                    {
+                        "probe_id": verdict.probe_id,
+                        "target": verdict.target,
+                        "partition": verdict.partition,
+                        "incarnation": verdict.incarnation,
+                        "seq": verdict.seq,
+                        "produced_ns": verdict.produced_ns,
+                        "produced_at": _event_time(verdict.produced_ns),
+                        "trace_context": verdict.trace_context,
+                        # A verified canary naming another partition than the one it
+                        # was read from was forged or replayed there: not judged.
+                        "reason": None if verdict.partition == kafka_partition else MISROUTED,
+                        "kafka_partition": int(kafka_partition),
+                        "kafka_offset": int(offset),
+                        "value": None,
+                    }
+                )
+            yield pd.DataFrame(rows, columns=DECODED.fieldNames())
+
+    return decode_frames
+
+
+# Spark timestamps are microseconds; pandas' range ends in 2262.
+_MAX_EVENT_US = 9_000_000_000_000_000
+
+
+def _event_time(produced_ns: int) -> pd.Timestamp:
+    return pd.Timestamp(min(produced_ns // 1000, _MAX_EVENT_US), unit="us", tz="UTC")
+
+
+def _unjudged_row(
+    reason: str,
+    claimed_probe_id: str | None,
+    kafka_partition: int,
+    offset: int,
+    payload: bytes | None = None,
+) -> dict[str, object]:
+    return {
+        "probe_id": claimed_probe_id,
+        "target": None,
+        "partition": None,
+        "incarnation": None,
+        "seq": None,
+        "produced_ns": None,
+        "produced_at": None,
+        "trace_context": None,
+        "reason": reason,
+        "kafka_partition": kafka_partition,
+        "kafka_offset": offset,
+        "value": payload,
+    }
+
+
+def rejected_out(row: Any) -> dict[str, object]:
+    # A foreign record is only counted; a misrouted canary is an anomaly in the
+    # verdicts table; anything else is invalid and goes to quarantine.
+    kind = {FOREIGN: "foreign", MISROUTED: "anomaly"}.get(row.reason, "invalid")
+    return {
+        "kind": kind,
+        "probe_id": row.probe_id,  # as claimed, unauthenticated for an invalid record
+        "target": row.target,
+        "partition": row.kafka_partition if row.partition is None else row.partition,
+        "incarnation": row.incarnation,
+        "seq": row.seq,
+        "produced_ns": None,
+        "outcome": row.reason,
+        "judged_ns": None,
+        "kafka_partition": row.kafka_partition,
+        "kafka_offset": row.kafka_offset,
+        "trace_context": None,
+        "value": row.value,
+    }
+
+
+def judged_row(
+    kind: str, canary: Canary, outcome: str | None, now_ns: int, row: Any
+) -> dict[str, object]:
+    return {
+        "kind": kind,
+        "probe_id": canary.probe_id,
+        "target": canary.target,
+        "partition": canary.partition,
+        "incarnation": canary.incarnation,
+        "seq": canary.seq,
+        "produced_ns": canary.produced_ns,
+        "outcome": outcome,
+        "judged_ns": now_ns,
+        "kafka_partition": row.kafka_partition,
+        "kafka_offset": row.kafka_offset,
+        "trace_context": canary.trace_context,
+        "value": None,
+    }
+
+
+def finding_row(
+    finding: Finding,
+    incarnation: int | None,
+    now_ns: int,
+    row: Any,
+    produced_ns: int | None,
+) -> dict[str, object]:
+    is_fate = isinstance(finding, Fate)
+    return {
+        "kind": "fate" if is_fate else "anomaly",
+        "probe_id": finding.key.probe_id,
+        "target": finding.key.target,
+        "partition": finding.key.partition,
+        "incarnation": incarnation,
+        "seq": finding.seq,
+        "produced_ns": produced_ns,
+        "outcome": finding.outcome.value if isinstance(finding, Fate) else finding.kind.value,
+        "judged_ns": now_ns,
+        "kafka_partition": None if row is None else row.kafka_partition,
+        "kafka_offset": None if row is None else row.kafka_offset,
+        "trace_context": None,
+        "value": None,
+    }
+
+
+def at_commit(rows: pd.DataFrame, commit_ns: int, freshness_ns: int) -> pd.DataFrame:
+    """The judged rows as a reader of the table sees them: the latency of every
+    arrived canary is produce to sink commit (column ``latency_ns``), and delivered or
+    late follows from it by the judge's own rule.
+
+    The stateful judge decides arrivals with the batch's start time (all it knows);
+    the batch's own run time comes on top. Deciding again at commit keeps the verdicts
+    table, the outcome counters and the latency histogram in agreement. Only
+    delivered and late swap: which canaries got a fate is the judge's.
+    """
+    arrived = (rows["kind"] == "fate") & rows["outcome"].isin(
+        [Outcome.DELIVERED.value, Outcome.LATE.value]
+    )
+    rows = rows.assign(latency_ns=pd.Series(pd.NA, index=rows.index, dtype="Int64"))
+    if not arrived.any():
+        return rows
+    latency = (commit_ns - rows.loc[arrived, "produced_ns"].astype("int64")).clip(lower=0)
+    rows.loc[arrived, "latency_ns"] = latency
+    rows.loc[arrived, "outcome"] = [arrival_outcome(int(ns), freshness_ns).value for ns in latency]
+    return rows
+
+
+def finding_of(row: Any, target: str) -> Finding | None:
+    """The finding a judged row stands for (the inverse of the builders above), or
+    None for a row that is not one: a canary for the table, an invalid record.
+    ``target`` is the sink's, for a foreign record (which names none)."""
+    if row.kind == "foreign":
+        return Anomaly(StreamKey("", target, int(row.kafka_partition)), -1, AnomalyKind.FOREIGN)
+    if row.kind not in ("fate", "anomaly"):
+        return None
+    key = StreamKey(str(row.probe_id), str(row.target), int(row.partition))
+    if row.kind == "anomaly":
+        return Anomaly(key, int(row.seq), AnomalyKind(row.outcome))
+    outcome = Outcome(row.outcome)
+    latency = None if pd.isna(row.latency_ns) else int(row.latency_ns)
+    return Fate(key, int(row.seq), outcome, latency)
