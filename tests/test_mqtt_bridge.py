@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 import aiomqtt
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from probe.config import ProbeConfig, StageName, load
@@ -81,12 +82,15 @@ async def forwarding_bridge(
                     continue
                 properties = getattr(message.properties, "UserProperty", [])
                 assert isinstance(message.payload, bytes)
-                await producer.send_and_wait(
-                    topic,
-                    message.payload,
-                    key=message.topic.value.encode(),
-                    headers=[(name, value.encode()) for name, value in properties],
-                )
+                try:
+                    await producer.send_and_wait(
+                        topic,
+                        message.payload,
+                        key=message.topic.value.encode(),
+                        headers=[(name, value.encode()) for name, value in properties],
+                    )
+                except KafkaError:
+                    continue  # as a bridge does while its Kafka is away: drops, goes on
 
     task = asyncio.create_task(carry())
     try:
@@ -213,3 +217,45 @@ async def test_a_missing_bridge_topic_is_unready_and_lost(
         await probe.close()
     assert fates.of(StageName.MQTT) == {(shard, "delivered"): 1 for shard in range(3)}
     assert fates.of(StageName.BRIDGE) == {(shard, "lost"): 1 for shard in range(3)}
+
+
+async def test_a_bridge_topic_that_starts_over_is_read_from_its_new_beginning(
+    mosquitto: Mosquitto, own_broker: EmbeddedBroker, topic_prefix: str, topic: str
+) -> None:
+    """The bridge's Kafka loses its storage and the bridge writes to a topic created
+    anew: the bridge stage must read it at once, not wait at its old positions."""
+    fates = FatesByShard()
+    config = _config(mosquitto, topic_prefix, own_broker, topic)
+    probe = TargetProbe(config, generate_key_ring(), [fates], kind="mqtt")
+    async with forwarding_bridge(mosquitto, topic_prefix, own_broker, topic):
+        await probe.connect(give_up_after=10)
+        consumer = asyncio.create_task(probe.consume())
+        try:
+            for _ in range(50):  # 150 canaries: 75 records on each of two partitions
+                await probe.produce_round()
+            await _decide(probe)
+            assert fates.of(StageName.BRIDGE) == {(shard, "delivered"): 50 for shard in range(3)}
+
+            own_broker.stop()
+            own_broker.start()
+            before = Counter(fates.fates)
+
+            async def bridged_again() -> bool:
+                # Rounds until the bridge has put the topic back and carries again.
+                await probe.produce_round()
+                await probe.settle(0.5)
+                return (fates.fates - before)[StageName.BRIDGE, 0, "delivered"] > 0
+
+            await until(bridged_again, 20, "the bridge stage delivering again", every=0.5)
+            after_return = Counter(fates.fates)
+            for _ in range(3):
+                await probe.produce_round()
+            await _decide(probe)
+        finally:
+            consumer.cancel()
+            await probe.close()
+    since = fates.fates - after_return
+    assert {(shard, "delivered"): 3 for shard in range(3)}.items() <= {
+        (shard, outcome): n for (stage, shard, outcome), n in since.items() if stage == "bridge"
+    }.items()
+    assert not [key for key in since if key[0] == "bridge" and key[2] == "lost"], since
