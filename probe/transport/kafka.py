@@ -104,10 +104,14 @@ class KafkaTransport:
         )
         self._options = options
         self._assigned: set[int] = set()
-        # Each partition's log end offset at the last cover(), and whether the topic was
-        # (re)created since: how a log that started over is told (see cover()).
-        self._log_ends: dict[int, int] = {}
+        # How a log that started over is told (see _follow_restarted_logs): partitions
+        # where a canary was acknowledged below the reader's position, whether this
+        # probe (re)created the topic, and, for a reader that never writes, each
+        # partition's log end offset at the last cover().
+        self._behind: set[int] = set()
         self._restarted = False
+        self._sent = False
+        self._log_ends: dict[int, int] = {}
         self._covered = asyncio.Event()
         self._started = False
 
@@ -195,18 +199,29 @@ class KafkaTransport:
         lost its storage, or by someone else) or truncated. Apache Kafka then answers
         the old position with OFFSET_OUT_OF_RANGE and the consumer resets by itself;
         brokers that do not (the embedded one) would leave the reader waiting at its
-        old position until the new log reached it, every canary meanwhile lost. The
-        sign read here is a log end offset lower than the last one seen. It is not
-        compared with the reader's position: the embedded broker's end offset counts
-        record batches, not records, so a position beyond it is normal there.
+        old position until the new log reached it, every canary meanwhile lost.
+
+        The signs, most exact first: this probe created the topic; a canary it wrote
+        was acknowledged at an offset below the reader's position at the time it was
+        sent (a live log never ends before a position read from it); and, for a
+        reader that never writes (the bridge stage), a log end offset lower than the
+        last one seen. The last is exact on Apache Kafka; the embedded broker reports
+        end offsets that can go back while its log grows when batches hold several
+        records, which is why a reader that writes relies on its acknowledgements.
         """
         tps = [self._tp(p) for p in sorted(partitions)]
-        ends = await self._consumer.end_offsets(tps)
-        restarted = [
-            tp
-            for tp in tps
-            if self._restarted or ends[tp] < self._log_ends.get(tp.partition, ends[tp])
-        ]
+        if self._sent:
+            restarted = [tp for tp in tps if self._restarted or tp.partition in self._behind]
+        else:
+            ends = await self._consumer.end_offsets(tps)
+            restarted = [
+                tp
+                for tp in tps
+                if self._restarted or ends[tp] < self._log_ends.get(tp.partition, ends[tp])
+            ]
+            self._log_ends = {tp.partition: ends[tp] for tp in tps}
+        self._behind.clear()
+        self._restarted = False
         if restarted:
             log.info(
                 "topic %s: the log of partitions %s started over; reading them from the start",
@@ -216,8 +231,6 @@ class KafkaTransport:
             await self._consumer.seek_to_beginning(*restarted)
             for tp in restarted:
                 await self._consumer.position(tp)
-        self._log_ends = {tp.partition: ends[tp] for tp in tps}
-        self._restarted = False
 
     async def _assign(self, wanted: set[int]) -> None:
         consumer = self._consumer
@@ -242,12 +255,29 @@ class KafkaTransport:
         self._assigned = wanted
 
     async def send(self, partition: int, payload: bytes) -> None:
+        tp = self._tp(partition)
+        self._sent = True
+        # Where the reader stands before the canary is written: its offset can only be
+        # below that if the log started over (see _follow_restarted_logs).
+        read_from = await self._position_now(tp)
         try:
             async with asyncio.timeout(self._config.send_timeout):
                 delivery = await self._producer.send(self._topic, payload, partition=partition)
-                await delivery
+                written = await delivery
         except (KafkaError, TimeoutError) as exc:
             raise ProduceFailed(produce_failure_reason(exc), str(exc)) from exc
+        if read_from is not None and written.offset < read_from:
+            self._behind.add(partition)
+
+    async def _position_now(self, tp: TopicPartition) -> int | None:
+        """The reader's position, or None if it has none at once (being reset): a send
+        must not wait on the reader."""
+        if tp.partition not in self._assigned:
+            return None
+        try:
+            return int(await asyncio.wait_for(self._consumer.position(tp), 0.01))
+        except (TimeoutError, KafkaError):
+            return None
 
     async def arrivals(self) -> AsyncIterator[Arrival]:
         await self._covered.wait()
