@@ -78,6 +78,10 @@ class Production(_Section):
     # Healthy history prepended to the replay, extrapolated from the steady phase: a
     # production probe has been running for long, and its 1 h and 6 h windows are full.
     history: Duration = 6 * 3600.0
+    # Healthy time appended after the live run, extrapolated from its end, so alerts
+    # whose windows outlast the recovery phase can be seen resolving (the 3d/6h ticket
+    # holds for 6 h after the last loss).
+    tail: Duration = 7 * 3600.0
     # False: no replay (a staging run whose Prometheus already is production's).
     replay: bool = True
 
@@ -209,21 +213,31 @@ def _label_value(value: object) -> object:
 LabelValue = Annotated[str, BeforeValidator(_label_value)]
 
 
-class ExpectedAlert(_Section):
-    """An alert that must fire; ``labels`` must be a subset of the alert's labels."""
+class AlertMatcher(_Section):
+    """An alert by name and some of its labels (``labels`` a subset of the alert's)."""
 
     alert: str = Field(min_length=1)
     labels: dict[str, LabelValue] = Field(default_factory=dict)
-    # Production time from fault start to firing, checked on the replay.
-    within: Duration | None = None
-    # It must fire in the live run too (False: the live run cannot show it, e.g. a
-    # `for: 5m` on a compressed run shorter than five minutes).
-    live: bool = True
 
     def matches(self, labels: dict[str, str]) -> bool:
         return labels.get("alertname") == self.alert and all(
             labels.get(name) == value for name, value in self.labels.items()
         )
+
+
+def _matcher(value: object) -> object:
+    # `tolerate: [SyntheticSlaInvalidCanaries]`: a bare name matches every such alert.
+    return {"alert": value} if isinstance(value, str) else value
+
+
+class ExpectedAlert(AlertMatcher):
+    """An alert that must fire."""
+
+    # Production time from fault start to firing, checked on the replay.
+    within: Duration | None = None
+    # It must fire in the live run too (False: the live run cannot show it, e.g. a
+    # `for: 5m` on a compressed run shorter than five minutes).
+    live: bool = True
 
 
 class Expectations(_Section):
@@ -233,7 +247,7 @@ class Expectations(_Section):
     # Every firing alert that `fire` and `tolerate` do not name is a false page.
     no_other_alerts: bool = True
     # Alerts that may fire without being a false page (e.g. a ticket a fault may cause).
-    tolerate: tuple[str, ...] = ()
+    tolerate: tuple[Annotated[AlertMatcher, BeforeValidator(_matcher)], ...] = ()
     # Production time after recovery starts by which every alert has resolved.
     resolve_within: Duration | None = None
 

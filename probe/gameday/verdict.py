@@ -61,6 +61,9 @@ class Resolution:
     # Seconds from recovery start to the last alert resolving (0 if none was active).
     after: float | None
     still_active: list[dict[str, str]] = field(default_factory=list)
+    # Each alert active after recovery started, with seconds from recovery start to
+    # its last resolution (None: still active at the end).
+    alerts: list[tuple[dict[str, str], float | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def _expected(
 def _unexpected(track: AlertTrack, expect: Expectations) -> bool:
     if track.name in expect.forbid:
         return True
-    if not expect.no_other_alerts or track.name in expect.tolerate:
+    if not expect.no_other_alerts or any(t.matches(track.labels) for t in expect.tolerate):
         return False
     return not any(expected.matches(track.labels) for expected in expect.fire)
 
@@ -143,10 +146,14 @@ def _resolution(
     still = [t.labels for t in active_in_recovery if _active_after(t, deadline)]
     ends = [e.end for t in active_in_recovery for e in t.episodes if e.end is not None]
     after = None if still else max(0.0, max(ends, default=phases.recovery) - phases.recovery)
+    per_alert = [
+        (t.labels, None if t.resolved_at is None else t.resolved_at - phases.recovery)
+        for t in active_in_recovery
+    ]
     if last_at is not None and last_at < deadline and still:
         # The timeline ends before the bound with an alert active: it may yet resolve.
-        return Resolution(ok=None, after=None, still_active=still)
-    return Resolution(ok=not still, after=after, still_active=still)
+        return Resolution(ok=None, after=None, still_active=still, alerts=per_alert)
+    return Resolution(ok=not still, after=after, still_active=still, alerts=per_alert)
 
 
 def _active_after(track: AlertTrack, at: float) -> bool:
