@@ -103,6 +103,7 @@ def to_json(result: GamedayResult) -> dict[str, Any]:
         "false_pages": {
             "live": _false_pages(result.live),
             "computed": _false_pages(result.computed),
+            "judged": [source for source, _ in result.judged_false_pages()],
         },
         "resolved": {
             "within_s": scenario.expect.resolve_within,
@@ -121,6 +122,11 @@ def to_json(result: GamedayResult) -> dict[str, Any]:
             for hook in result.hooks
         ],
     }
+
+
+def _expected_name(alert: str, labels: dict[str, str]) -> str:
+    text = ",".join(f"{k}={v}" for k, v in labels.items())
+    return alert + (f"{{{text}}}" if text else "")
 
 
 def _describe(labels: dict[str, str]) -> str:
@@ -149,19 +155,20 @@ def table(result: GamedayResult) -> str:
         " computed = promtool replay at production interval (production seconds)",
         "",
     ]
+    names = [_expected_name(r.expected.alert, r.expected.labels) for r in result.live.alerts]
+    width = max([len("alert"), *map(len, names)])
     header = (
-        f"{'alert':<44} {'fired':>5} {'pend':>7} {'firing':>7} | "
+        f"{'alert':<{width}} {'fired':>5} {'pend':>7} {'firing':>7} | "
         f"{'fired':>5} {'pend':>8} {'firing':>8} {'within':>7}"
     )
-    lines += [f"{'':<44} {'live':^21} | {'computed':^31}", header]
+    lines += [f"{'':<{width}} {'live':^21} | {'computed':^31}", header]
     for index, live in enumerate(result.live.alerts):
         computed = result.computed.alerts[index] if result.computed else None
         expected = live.expected
-        labels = ",".join(f"{k}={v}" for k, v in expected.labels.items())
-        name = expected.alert + (f"{{{labels}}}" if labels else "")
+        name = names[index]
         live_fired = _fired(live) + ("" if expected.live else "*")
         lines.append(
-            f"{name:<44} {live_fired:>5} {_seconds(live.to_pending):>7} "
+            f"{name:<{width}} {live_fired:>5} {_seconds(live.to_pending):>7} "
             f"{_seconds(live.to_firing):>7} | {_fired(computed):>5} "
             f"{_seconds(computed.to_pending if computed else None):>8} "
             f"{_seconds(computed.to_firing if computed else None):>8} "
@@ -169,12 +176,14 @@ def table(result: GamedayResult) -> str:
         )
     if any(not r.expected.live for r in result.live.alerts):
         lines.append("* not expected to fire live at the compressed interval")
+    judged_ids = {id(verdict) for _, verdict in result.judged_false_pages()}
     for source, verdict in (("live", result.live), ("computed", result.computed)):
         if verdict is None:
             continue
         pages = verdict.false_pages
+        note = "" if id(verdict) in judged_ids else ", partial windows: reported, not judged"
         lines.append(
-            f"false pages ({source}): "
+            f"false pages ({source}{note}): "
             + (
                 ", ".join(
                     f"{page.labels.get('alertname')} at {page.at:.1f}s"
