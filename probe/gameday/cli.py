@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from probe.errors import ConfigError, ProbeError
-from probe.gameday.report import MARKDOWN_HEADER, markdown_rows, table, to_json
+from probe.gameday.report import MARKDOWN_HEADER, markdown_rows, splice_table, table, to_json
 from probe.gameday.runner import GamedayResult, workspace
 from probe.gameday.scenario import Scenario, load_scenario
 
@@ -74,6 +74,11 @@ def _scenarios(paths: tuple[Path, ...], all_dir: Path | None, slow: bool) -> lis
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
 @click.option("--markdown", is_flag=True, help="The detection table (docs/detection.md).")
 @click.option(
+    "--write-table",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Replace the detection table in this Markdown file (between its markers).",
+)
+@click.option(
     "--workdir",
     type=click.Path(path_type=Path, file_okay=False),
     help="Keep logs, configs and the replay's promtool test here.",
@@ -85,6 +90,7 @@ def gameday(
     slow: bool,
     as_json: bool,
     markdown: bool,
+    write_table: Path | None,
     workdir: Path | None,
 ) -> None:
     """Inject a fault, watch the alerts, report time-to-detect live and at production time.
@@ -110,8 +116,11 @@ def gameday(
     if as_json:
         documents = [to_json(result) for result in results]
         click.echo(json_module.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
-    elif markdown:
-        click.echo("\n".join(MARKDOWN_HEADER + [row for r in results for row in markdown_rows(r)]))
+    elif markdown or write_table:
+        rows = [row for result in results for row in markdown_rows(result)]
+        if write_table is not None:
+            write_table.write_text(splice_table(write_table.read_text(), rows))
+        click.echo("\n".join(MARKDOWN_HEADER + rows))
     else:
         click.echo("\n\n".join(table(result) for result in results))
     sys.exit(0 if all(result.ok for result in results) else EXIT_FAILED)
