@@ -165,7 +165,7 @@ class LocalEnvironment:
         self.topic = f"gameday-{scenario.name}-{uuid.uuid4().hex[:6]}"
         proxy_port = free_loopback_port()
         self.broker = ProxiedBroker(proxy_port, log_file=workdir / "broker.log")
-        self.proxy = TcpProxy(self.broker.port, port=proxy_port)
+        self.proxy = TcpProxy(self.broker.port, port=proxy_port, kafka=True)
         self.key_file = workdir / "keys.json"
         self.probe = ProbeProcess(
             workdir / "probe.yaml", free_loopback_port(), workdir / "probe.log"

@@ -81,7 +81,7 @@ def test_every_fault_kind_of_the_scenario_model_is_built_or_known_unbuilt() -> N
         get_args(model.model_fields["kind"].annotation)[0] for model in get_args(get_args(Fault)[0])
     }
     # Staging's hooks and the faults still to build are the only kinds without a class.
-    assert kinds - set(FAULTS) <= {"hooks", "silent-partition"}
+    assert kinds - set(FAULTS) == {"hooks"}
     assert set(FAULTS) <= kinds
 
 
@@ -144,3 +144,49 @@ def test_probe_restart_stops_then_starts_the_probe(targets: LocalTargets) -> Non
     fault.inject()
     fault.heal()
     assert targets.probe.calls == ["stop", "start"]  # type: ignore[attr-defined]
+
+
+def test_silent_partition_strips_one_partitions_records_from_fetches(tmp_path: Path) -> None:
+    """A real broker behind the Kafka-aware proxy; a real aiokafka reader through it."""
+    import asyncio  # noqa: PLC0415
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    from probe.embedded import free_loopback_port  # noqa: PLC0415
+    from probe.gameday.local import ProxiedBroker  # noqa: PLC0415
+    from probe.gameday.scenario import SilentPartition  # noqa: PLC0415
+
+    proxy_port = free_loopback_port()
+    topic = f"silent-{uuid.uuid4().hex[:8]}"
+    with (
+        ProxiedBroker(proxy_port, log_file=tmp_path / "tansu.log") as broker,
+        TcpProxy(broker.port, port=proxy_port, kafka=True) as proxy,
+    ):
+        targets = LocalTargets(broker, proxy, _Process(), topic, 3, tmp_path / "k", "p")
+        fault = build_fault(SilentPartition(kind="silent-partition", partition=1), targets)
+        fault.inject()
+        write_records(proxy.address, topic, [(p, f"r{p}".encode()) for p in (0, 1, 2)])
+
+        async def read_all() -> dict[int, list[bytes]]:
+            consumer = AIOKafkaConsumer(bootstrap_servers=proxy.address, fetch_max_wait_ms=50)
+            tps = [TopicPartition(topic, p) for p in (0, 1, 2)]
+            await consumer.start()
+            try:
+                consumer.assign(tps)
+                for tp in tps:
+                    consumer.seek(tp, 0)
+                seen: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+                for _ in range(20):
+                    batch = await consumer.getmany(timeout_ms=100)
+                    for tp, records in batch.items():
+                        seen[tp.partition] += [r.value for r in records]
+                return seen
+            finally:
+                await consumer.stop()
+
+        silenced = asyncio.run(read_all())
+        # Acknowledged (the write returned) and in the log, never read.
+        assert silenced == {0: [b"r0"], 1: [], 2: [b"r2"]}
+        assert proxy.partition_filter.stripped_batches > 0
+        fault.heal()
+        assert asyncio.run(read_all()) == {0: [b"r0"], 1: [b"r1"], 2: [b"r2"]}

@@ -22,6 +22,7 @@ from probe.gameday.faults.hostile import HostileRecordsFault
 from probe.gameday.faults.probe_restart import ProbeRestartFault
 from probe.gameday.faults.proxy import ProxyBlackholeFault, ProxyLatencyFault
 from probe.gameday.faults.replayed import ReplayedCanariesFault
+from probe.gameday.faults.silent_partition import SilentPartitionFault
 
 FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "broker-stop": BrokerStopFault,
@@ -31,6 +32,7 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "hostile-records": HostileRecordsFault,
     "replayed-canaries": ReplayedCanariesFault,
     "probe-restart": ProbeRestartFault,
+    "silent-partition": SilentPartitionFault,
 }
 
 

@@ -8,6 +8,9 @@ The proxy runs its own asyncio loop in a thread; ``set_delay``, ``blackhole`` an
 - pass-through (the default);
 - delay: every chunk read is written ``delay`` seconds later, in order, both ways
   (a slow link: latency, not reduced throughput);
+- with ``kafka=True`` the proxy also follows the Kafka protocol on every connection,
+  so that ``partition_filter`` can strip one partition's records from Fetch
+  responses (``silent_partition``);
 - blackhole: nothing is read or written and new connections are accepted but never
   dialled upstream, like a network partition where TCP keeps retransmitting: when
   restored, what was held flows again; a client that gave up and reconnected gets a
@@ -20,17 +23,25 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from probe.embedded import free_loopback_port
 from probe.errors import ProbeError
+from probe.gameday.faults.silent_partition import FetchStripper, PartitionFilter
 
 if TYPE_CHECKING:
     from probe.gameday.faults.base import LocalTargets
     from probe.gameday.scenario import ProxyBlackhole, ProxyLatency
 
 LOOPBACK = "127.0.0.1"
+
+
+def _identity(chunk: bytes) -> bytes:
+    return chunk
+
+
 _CHUNK = 65536
 
 
@@ -49,9 +60,12 @@ class TcpProxy:
     ...     proxy.restore()
     """
 
-    def __init__(self, upstream_port: int, port: int | None = None) -> None:
+    def __init__(self, upstream_port: int, port: int | None = None, *, kafka: bool = False) -> None:
         self.upstream_port = upstream_port
         self.port = port or free_loopback_port()
+        self.kafka = kafka
+        # Inactive until the silent-partition fault sets its topic and turns it on.
+        self.partition_filter = PartitionFilter(topic="", partition=-1)
         self._mode = _Mode()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flowing: asyncio.Event | None = None
@@ -160,14 +174,24 @@ class TcpProxy:
             except OSError:
                 return
             self._writers.add(upstream)
+            upstream_bound, client_bound = _identity, _identity
+            if self.kafka:
+                stripper = FetchStripper(self.partition_filter)
+                upstream_bound, client_bound = stripper.from_client, stripper.from_broker
             await asyncio.gather(
-                self._pump(client_reader, upstream), self._pump(upstream_reader, client)
+                self._pump(client_reader, upstream, upstream_bound),
+                self._pump(upstream_reader, client, client_bound),
             )
         finally:
             self._writers.discard(client)
             client.close()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        transform: Callable[[bytes], bytes],
+    ) -> None:
         """Copy one direction; a queue keeps order while each chunk waits out its delay."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         sender = asyncio.create_task(self._send(queue, writer))
@@ -178,7 +202,9 @@ class TcpProxy:
                 chunk = await reader.read(_CHUNK)
                 if not chunk:
                     break
-                queue.put_nowait((time.monotonic() + self._mode.delay, chunk))
+                forwarded = transform(chunk)
+                if forwarded:
+                    queue.put_nowait((time.monotonic() + self._mode.delay, forwarded))
             await queue.join()
         except (ConnectionError, OSError):
             pass
