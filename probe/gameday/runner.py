@@ -13,6 +13,7 @@ production timing) and on the live run (the real alerting path) as the scenario 
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -225,8 +226,6 @@ def judge_run(
 @contextlib.contextmanager
 def workspace(base: Path | None, name: str) -> Iterator[Path]:
     """A directory for the run's files (logs, configs, TSDB, the replay's test file)."""
-    import tempfile  # noqa: PLC0415 - only when no directory is given
-
     if base is not None:
         path = base / f"{name}-{int(time.time())}"
         path.mkdir(parents=True, exist_ok=True)
