@@ -13,7 +13,8 @@ DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mos
   prometheus-alertmanager:prometheus-alertmanager
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test setup system-deps python-deps demo-deps uv lint bench lock rules clean
+.PHONY: demo test setup system-deps python-deps demo-deps uv lint bench lock rules gameday \
+  detection-table clean
 
 demo: demo-deps
 	$(VENV)/bin/sla-probe once --stages consumer,sink
@@ -63,6 +64,15 @@ lock:
 # Re-render the plain Prometheus rules file from the chart's rules template.
 rules: python-deps
 	$(VENV)/bin/python charts/render_rules.py
+
+# Every local game-day scenario, the slow ones too (the quick ones also run in `make test`).
+gameday: setup
+	$(VENV)/bin/sla-probe gameday --all scenarios/ --slow
+
+# Run every local scenario and rewrite the table of measured times-to-detect in
+# docs/detection.md (README links to it).
+detection-table: setup
+	$(VENV)/bin/sla-probe gameday --all scenarios/ --slow --write-table docs/detection.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -488,3 +488,10 @@ def _keygen(
 
 if __name__ == "__main__":  # `python -m probe.cli`; spark-submit takes probe/spark/submit.py
     main()
+
+
+# `sla-probe gameday` lives in its own package; registered here so the one console
+# script has every subcommand.
+from probe.gameday.cli import gameday as _gameday  # noqa: E402
+
+main.add_command(_gameday)

@@ -105,10 +105,10 @@ def test_keygen_writes_a_private_key_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "scenario", sorted((Path(__file__).parents[1] / "scenarios").glob("*.yaml")), ids=str
+    "example", sorted((Path(__file__).parents[1] / "docs" / "examples").glob("*.yaml")), ids=str
 )
-def test_shipped_scenarios_are_valid(scenario: Path) -> None:
-    config = load(scenario)
+def test_shipped_example_configs_are_valid(example: Path) -> None:
+    config = load(example)
     assert config.kafka.bootstrap_servers
 
 

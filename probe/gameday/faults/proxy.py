@@ -1,0 +1,270 @@
+"""A TCP proxy between the probe and the broker, on loopback, that can add latency or
+swallow traffic. The broker advertises the proxy's address, so every connection a
+Kafka client opens after the bootstrap goes through it too.
+
+The proxy runs its own asyncio loop in a thread; ``set_delay``, ``blackhole`` and
+``restore`` are called from any thread. Modes:
+
+- pass-through (the default);
+- delay: every chunk read is written ``delay`` seconds later, in order, both ways
+  (a slow link: latency, not reduced throughput);
+- with ``kafka=True`` the proxy also follows the Kafka protocol on every connection,
+  so that ``partition_filter`` can strip one partition's records from Fetch
+  responses (``silent_partition``);
+- blackhole: nothing is read or written and new connections are accepted but never
+  dialled upstream, like a network partition where TCP keeps retransmitting: when
+  restored, what was held flows again; a client that gave up and reconnected gets a
+  fresh connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from probe.embedded import free_loopback_port
+from probe.errors import ProbeError
+from probe.gameday.faults.silent_partition import FetchStripper, PartitionFilter
+
+if TYPE_CHECKING:
+    from probe.gameday.faults.base import LocalTargets
+    from probe.gameday.scenario import ProxyBlackhole, ProxyLatency
+
+LOOPBACK = "127.0.0.1"
+
+
+def _identity(chunk: bytes) -> bytes:
+    return chunk
+
+
+_CHUNK = 65536
+
+
+@dataclass
+class _Mode:
+    delay: float = 0.0
+    flowing: bool = True
+
+
+class TcpProxy:
+    """Forward ``127.0.0.1:port`` to ``127.0.0.1:upstream_port``.
+
+    >>> with TcpProxy(upstream_port=9092) as proxy:
+    ...     proxy.set_delay(0.5)     # every chunk half a second late
+    ...     proxy.blackhole()        # nothing gets through
+    ...     proxy.restore()
+    """
+
+    def __init__(self, upstream_port: int, port: int | None = None, *, kafka: bool = False) -> None:
+        self.upstream_port = upstream_port
+        self.port = port or free_loopback_port()
+        self.kafka = kafka
+        # Inactive until the silent-partition fault sets its topic and turns it on.
+        self.partition_filter = PartitionFilter(topic="", partition=-1)
+        self._mode = _Mode()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flowing: asyncio.Event | None = None
+        self._server: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.connections = 0
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    # -- control, from any thread ---------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._serve, name="gameday-proxy", daemon=True)
+        self._thread.start()
+        if not self._started.wait(10) or self._server is None:
+            raise ProbeError(f"proxy could not listen on {self.address}")
+
+    def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        self._loop = self._thread = None
+
+    def set_delay(self, seconds: float) -> None:
+        self._call(lambda: setattr(self._mode, "delay", seconds))
+
+    def blackhole(self) -> None:
+        self._call(self._hold)
+
+    def restore(self) -> None:
+        """Back to pass-through: no delay, traffic flowing."""
+        self._call(self._release)
+
+    # -- the loop's side ------------------------------------------------------------------
+
+    def _call(self, action: object) -> None:
+        if self._loop is None:
+            raise ProbeError("proxy is not running")
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                action()  # type: ignore[operator]
+            finally:
+                done.set()
+
+        self._loop.call_soon_threadsafe(run)
+        done.wait(5)
+
+    def _hold(self) -> None:
+        self._mode.flowing = False
+        assert self._flowing is not None
+        self._flowing.clear()
+
+    def _release(self) -> None:
+        self._mode = _Mode()
+        assert self._flowing is not None
+        self._flowing.set()
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        try:
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._accept, LOOPBACK, self.port)
+            )
+        except OSError:
+            self._started.set()
+            loop.close()
+            return
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            self._server.close()
+            for writer in list(self._writers):
+                writer.close()
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
+
+    async def _accept(
+        self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter
+    ) -> None:
+        self.connections += 1
+        self._writers.add(client)
+        assert self._flowing is not None
+        try:
+            # A blackholed link never completes the upstream dial.
+            await self._flowing.wait()
+            try:
+                upstream_reader, upstream = await asyncio.open_connection(
+                    LOOPBACK, self.upstream_port
+                )
+            except OSError:
+                return
+            self._writers.add(upstream)
+            upstream_bound, client_bound = _identity, _identity
+            if self.kafka:
+                stripper = FetchStripper(self.partition_filter)
+                upstream_bound, client_bound = stripper.from_client, stripper.from_broker
+            await asyncio.gather(
+                self._pump(client_reader, upstream, upstream_bound),
+                self._pump(upstream_reader, client, client_bound),
+            )
+        finally:
+            self._writers.discard(client)
+            client.close()
+
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        transform: Callable[[bytes], bytes],
+    ) -> None:
+        """Copy one direction; a queue keeps order while each chunk waits out its delay."""
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        sender = asyncio.create_task(self._send(queue, writer))
+        assert self._flowing is not None
+        try:
+            while True:
+                await self._flowing.wait()
+                chunk = await reader.read(_CHUNK)
+                if not chunk:
+                    break
+                forwarded = transform(chunk)
+                if forwarded:
+                    queue.put_nowait((time.monotonic() + self._mode.delay, forwarded))
+            await queue.join()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _send(
+        self, queue: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter
+    ) -> None:
+        assert self._flowing is not None
+        broken = False
+        # Every queued chunk is marked done, even after the peer went away, so the
+        # pump's join() at end of stream never waits forever.
+        while True:
+            due, chunk = await queue.get()
+            try:
+                if not broken:
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                    await self._flowing.wait()
+                    writer.write(chunk)
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                broken = True
+            finally:
+                queue.task_done()
+
+    def __enter__(self) -> TcpProxy:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ProxyLatencyFault:
+    """Every chunk between probe and broker ``delay`` late, both ways."""
+
+    def __init__(self, spec: ProxyLatency, targets: LocalTargets) -> None:
+        self.delay = spec.delay
+        self.proxy = targets.proxy
+
+    def inject(self) -> None:
+        self.proxy.set_delay(self.delay)
+
+    def heal(self) -> None:
+        self.proxy.restore()
+
+
+class ProxyBlackholeFault:
+    """Nothing gets through between probe and broker; connections stay open."""
+
+    def __init__(self, spec: ProxyBlackhole, targets: LocalTargets) -> None:
+        self.proxy = targets.proxy
+
+    def inject(self) -> None:
+        self.proxy.blackhole()
+
+    def heal(self) -> None:
+        self.proxy.restore()

@@ -1,0 +1,61 @@
+"""Raw records on the canary topic, for the faults that write what the probe did not.
+
+A plain aiokafka client of its own (manual partition assignment: no consumer group,
+which the embedded broker does not need), through the same proxy as the probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from probe.errors import TransportError
+
+_TIMEOUT = 15.0
+
+
+def write_records(bootstrap_servers: str, topic: str, records: list[tuple[int, bytes]]) -> None:
+    """Write each (partition, value); returns once the broker acknowledged all of them."""
+    asyncio.run(asyncio.wait_for(_write(bootstrap_servers, topic, records), _TIMEOUT))
+
+
+def read_latest(bootstrap_servers: str, topic: str, partition: int, count: int) -> list[bytes]:
+    """The values of the last `count` records of one partition, oldest first."""
+    return asyncio.run(
+        asyncio.wait_for(_read_latest(bootstrap_servers, topic, partition, count), _TIMEOUT)
+    )
+
+
+async def _write(bootstrap_servers: str, topic: str, records: list[tuple[int, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, enable_idempotence=False)
+    try:
+        await producer.start()
+        sent = [await producer.send(topic, value, partition=p) for p, value in records]
+        await asyncio.gather(*sent)
+    except Exception as error:  # aiokafka's errors are many; they all mean "not written"
+        raise TransportError(f"cannot write to {topic}: {error!r}") from error
+    finally:
+        await producer.stop()
+
+
+async def _read_latest(
+    bootstrap_servers: str, topic: str, partition: int, count: int
+) -> list[bytes]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False)
+    tp = TopicPartition(topic, partition)
+    try:
+        await consumer.start()
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        start = max(0, end - count)
+        consumer.seek(tp, start)
+        values: list[bytes] = []
+        while len(values) < end - start:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            values.extend(r.value for r in batch.get(tp, []) if r.value is not None)
+        return values[-count:]
+    except Exception as error:
+        raise TransportError(f"cannot read {topic}[{partition}]: {error!r}") from error
+    finally:
+        await consumer.stop()

@@ -1,0 +1,268 @@
+"""The local environment of a game day: broker, proxy, probe and Prometheus, all real.
+
+    broker (Tansu, embedded)  <-  TCP proxy  <-  sla-probe run  <-  Prometheus
+                                  (faults)       (its metrics)      (shipped rules)
+
+The broker advertises the proxy's address, so every connection of every Kafka client
+goes through the proxy, where the network faults act. The probe is the real
+``sla-probe run`` in its own process, with a key file written by ``sla-probe keygen``
+and the scenario's live configuration; Prometheus scrapes it and evaluates the
+shipped rules file at the scenario's scrape interval.
+
+``start`` returns once canaries flow and Prometheus has scraped the probe: whatever
+happened while the topic was being created is already in the counters before the
+first scrape, so it is never in a rate (as in tests/test_prometheus_e2e.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from probe.embedded import EmbeddedBroker, free_loopback_port
+from probe.errors import ProbeError
+from probe.gameday.faults import build_fault
+from probe.gameday.faults.base import LocalTargets
+from probe.gameday.faults.proxy import TcpProxy
+from probe.gameday.prometheus import LocalPrometheus, PrometheusApi
+from probe.gameday.runner import (
+    GamedayResult,
+    ProgressCallback,
+    judge_run,
+    record_series,
+    run_phases,
+)
+from probe.gameday.scenario import Scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_RULES = ROOT / "charts" / "prometheus" / "synthetic-sla-probe.rules.yml"
+PROBE_ID = "gameday-probe"
+
+
+class LocalEnvironmentError(ProbeError):
+    """A part of the local environment did not start or did not come up in time."""
+
+
+def sla_probe_command() -> list[str]:
+    """The `sla-probe` console script of this installation."""
+    beside = Path(sys.executable).with_name("sla-probe")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("sla-probe")
+    if found is None:
+        raise LocalEnvironmentError("the sla-probe command is not installed")
+    return [found]
+
+
+def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise LocalEnvironmentError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.1)
+
+
+class ProxiedBroker(EmbeddedBroker):
+    """The embedded broker, advertising the proxy's address instead of its own."""
+
+    def __init__(self, advertised_port: int, *, log_file: Path) -> None:
+        super().__init__(log_file=log_file)
+        self.advertised_port = advertised_port
+
+    def command(self) -> list[str]:
+        command = super().command()
+        index = command.index("--advertised-listener-url")
+        command[index + 1] = f"tcp://127.0.0.1:{self.advertised_port}"
+        return command
+
+
+class ProbeProcess:
+    """`sla-probe run --config FILE`, stoppable (SIGTERM) and startable again."""
+
+    def __init__(self, config_file: Path, metrics_port: int, log_file: Path) -> None:
+        self.config_file = config_file
+        self.metrics_port = metrics_port
+        self.log_file = log_file
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_file.open("ab") as log:
+            self._process = subprocess.Popen(
+                [*sla_probe_command(), "run", "--config", str(self.config_file)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        _wait(lambda: self._exited() or self._healthy(), 30, "the probe's /healthz")
+        if self._exited():
+            raise LocalEnvironmentError(f"the probe exited: {self._log_tail()}")
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+    def canaries(self, outcome: str) -> float:
+        """Canaries of `outcome` counted so far by every stage (0 if unreachable)."""
+        try:
+            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                text = reply.read().decode()
+        except (urllib.error.URLError, OSError):
+            return 0.0
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "synthetic_sla_canaries_total"
+            and sample.labels.get("outcome") == outcome
+        )
+
+    def _exited(self) -> bool:
+        return self._process is None or self._process.poll() is not None
+
+    def _healthy(self) -> bool:
+        try:
+            url = f"http://127.0.0.1:{self.metrics_port}/healthz"
+            with urllib.request.urlopen(url, timeout=1) as reply:
+                return bool(reply.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _log_tail(self) -> str:
+        return self.log_file.read_text(errors="replace")[-2000:]
+
+
+class LocalEnvironment:
+    """Everything a local scenario runs on, started in order and stopped in reverse.
+
+    >>> with LocalEnvironment(scenario, workdir) as env:
+    ...     env.prometheus.api.active_alerts()
+    []
+    """
+
+    def __init__(self, scenario: Scenario, workdir: Path) -> None:
+        self.scenario = scenario
+        self.workdir = workdir
+        self.config = scenario.probe_config()
+        self.topic = f"gameday-{scenario.name}-{uuid.uuid4().hex[:6]}"
+        proxy_port = free_loopback_port()
+        self.broker = ProxiedBroker(proxy_port, log_file=workdir / "broker.log")
+        self.proxy = TcpProxy(self.broker.port, port=proxy_port, kafka=True)
+        self.key_file = workdir / "keys.json"
+        self.probe = ProbeProcess(
+            workdir / "probe.yaml", free_loopback_port(), workdir / "probe.log"
+        )
+        self.rules_file = scenario.prometheus.rules_file or SHIPPED_RULES
+        self.prometheus = LocalPrometheus(
+            workdir,
+            probe_port=self.probe.metrics_port,
+            rules_file=self.rules_file,
+            interval=scenario.prometheus.scrape_interval,
+        )
+        self.targets = LocalTargets(
+            broker=self.broker,
+            proxy=self.proxy,
+            probe=self.probe,
+            topic=self.topic,
+            partitions=self.config.kafka.partitions or 3,
+            key_file=self.key_file,
+            probe_id=PROBE_ID,
+        )
+
+    @property
+    def api(self) -> PrometheusApi:
+        return self.prometheus.api
+
+    def start(self) -> None:
+        self.broker.start()
+        self.proxy.start()
+        subprocess.run(
+            [*sla_probe_command(), "keygen", "--output", str(self.key_file), "--force"],
+            check=True,
+            capture_output=True,
+        )
+        tree = self.scenario.live_probe_tree()
+        tree["probe_id"] = PROBE_ID
+        tree["signing_key_file"] = str(self.key_file)
+        tree.setdefault("kafka", {})
+        tree["kafka"] = {
+            **tree["kafka"],
+            "bootstrap_servers": self.proxy.address,
+            "topic": self.topic,
+        }
+        tree["metrics"] = {**tree.get("metrics", {}), "port": self.probe.metrics_port}
+        self.probe.config_file.write_text(yaml.safe_dump(tree))
+        self.probe.start()
+        partitions = self.targets.partitions
+        _wait(
+            lambda: self.probe.canaries("delivered") >= 2 * partitions,
+            60,
+            "canaries delivered before Prometheus starts",
+        )
+        self.prometheus.start()
+        _wait(
+            lambda: bool(self.api.query('up{job="synthetic-sla-probe"} == 1')),
+            30,
+            "Prometheus scraping the probe",
+        )
+
+    def stop(self) -> None:
+        for stop in (self.prometheus.stop, self.probe.stop, self.proxy.stop, self.broker.stop):
+            try:
+                stop()
+            except Exception:  # stopping the rest matters more than one failure
+                continue
+
+    def __enter__(self) -> LocalEnvironment:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_local(
+    scenario: Scenario, workdir: Path, *, on_phase: ProgressCallback | None = None
+) -> GamedayResult:
+    """Run a local scenario end to end and judge it."""
+    step = scenario.prometheus.scrape_interval
+    with LocalEnvironment(scenario, workdir) as env:
+        fault = build_fault(scenario.fault, env.targets)
+        # Poll twice per evaluation: a firing time is known to half an interval.
+        clock, watcher = run_phases(scenario, fault, env.api, step / 2, on_phase=on_phase)
+        series = (
+            record_series(env.api, clock.start, clock.end, step)
+            if scenario.production.replay
+            else None
+        )
+    return judge_run(
+        scenario,
+        clock,
+        watcher,
+        series=series,
+        live_step=step,
+        rules_file=env.rules_file,
+        workdir=workdir,
+    )

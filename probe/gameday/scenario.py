@@ -1,0 +1,376 @@
+"""The scenario file: what to run, which fault, and what the alerting path must do.
+
+A scenario is YAML, validated once; every problem is one
+:class:`~probe.errors.ConfigError` naming the field (``phases.fault: must be > 0``),
+which the CLI prints as ``sla-probe: config error: ...`` and exits 2.
+
+    name: broker-outage
+    mode: local                      # or staging (the user's pipeline, shell hooks)
+    probe:                           # the probe's own configuration for the live run
+      interval: 1s                   #   (the `--config` YAML; defaults in LIVE_PROBE)
+    production:
+      interval: 20s                  # the canary interval the replay rescales to
+    phases: {steady: 15s, fault: 20s, recovery: 30s}
+    fault: {kind: broker-stop}
+    expect:
+      fire:
+        - alert: SyntheticSlaAvailabilityBudgetBurn
+          labels: {stage: consumer}
+          within: 2m                 # production time, checked on the replay
+      forbid: [SyntheticSlaProbeDown]
+      no_other_alerts: true          # every other firing alert is a false page
+      resolve_within: 10m            # production time after recovery starts
+
+Times in ``expect`` are production times: the live run is compressed by
+``production.interval / probe.interval``, and what production would see is computed
+by the replay (``probe.gameday.replay``). ``fire[].live`` says whether the alert
+must also fire in the live run: some cannot at a compressed interval (a ``for: 5m``
+or a 60 s staleness threshold are real minutes live).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from probe.config import Duration, ProbeConfig
+from probe.config import _read_yaml as read_yaml_file
+from probe.errors import ConfigError
+
+# The probe configuration of a local live run, beneath the scenario's `probe:`
+# section. One canary a second (so a minute of live time is 20 production intervals),
+# and every timeout of the judge compressed by the same factor as the interval
+# (production: 20 s interval, 60 s loss timeout, 10 s send timeout), so the counts a
+# fault produces are the counts production would see, only sooner.
+LIVE_PROBE: dict[str, Any] = {
+    "interval": "1s",
+    "kafka": {
+        "create_topic": True,
+        "partitions": 3,
+        "send_timeout": "500ms",
+        "fetch_max_wait": "20ms",
+    },
+    "judge": {"freshness": "1s", "loss_timeout": "3s"},
+    "metrics": {"host": "127.0.0.1"},
+}
+
+
+class _Section(BaseModel):
+    # A typo in a scenario must not silently keep a default.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Phases(_Section):
+    """Live durations. Steady must let a healthy pipeline's alerts settle."""
+
+    steady: Duration = 15.0
+    fault: Duration = 20.0
+    recovery: Duration = 30.0
+
+
+class Production(_Section):
+    """What the replay rescales the live run to."""
+
+    # The production canary interval: live time is stretched by interval / probe.interval.
+    interval: Duration = 20.0
+    # Healthy history prepended to the replay, extrapolated from the steady phase: a
+    # production probe has been running for long, and its 1 h and 6 h windows are full.
+    history: Duration = 6 * 3600.0
+    # Healthy time appended after the live run, extrapolated from its end, so alerts
+    # whose windows outlast the recovery phase can be seen resolving (the 3d/6h ticket
+    # holds for 6 h after the last loss).
+    tail: Duration = 7 * 3600.0
+    # False: no replay (a staging run whose Prometheus already is production's).
+    replay: bool = True
+
+
+class LocalPrometheus(_Section):
+    """The Prometheus a local run starts, loading the shipped rules file."""
+
+    scrape_interval: Duration = 1.0
+    # Another rules file (your own rendering of the chart); default: the shipped one.
+    rules_file: Path | None = None
+
+
+class Hook(_Section):
+    """A shell command of a staging run; its output goes into the report."""
+
+    command: str = Field(min_length=1)
+    timeout: Duration = 120.0
+
+
+class Staging(_Section):
+    """The user's pipeline: their probe, their Prometheus, their fault."""
+
+    prometheus_url: str | None = None
+    alertmanager_url: str | None = None
+    # Selects the probe's series for the replay (query_range on prometheus_url).
+    probe_selector: str = '{job="synthetic-sla-probe"}'
+    inject: Hook
+    heal: Hook
+    # Runs before the steady phase and after recovery, whatever happened (optional).
+    setup: Hook | None = None
+    teardown: Hook | None = None
+    # How often to ask the alerts API.
+    poll_interval: Duration = 5.0
+
+    @model_validator(mode="after")
+    def _one_api(self) -> Staging:
+        if (self.prometheus_url is None) == (self.alertmanager_url is None):
+            raise ValueError("give exactly one of prometheus_url and alertmanager_url")
+        return self
+
+
+# --- Faults: one model per kind, `kind` selects it ---------------------------------------
+
+
+class BrokerStop(_Section):
+    """Stop the broker for the fault phase, start it at heal (Tansu: empty storage)."""
+
+    kind: Literal["broker-stop"]
+
+
+class BrokerDataLoss(_Section):
+    """Restart the broker at once: the outage is short, every record and topic is lost."""
+
+    kind: Literal["broker-data-loss"]
+
+
+class ProxyLatency(_Section):
+    """Delay every chunk between probe and broker, both ways."""
+
+    kind: Literal["proxy-latency"]
+    delay: Duration = 1.0
+
+
+class ProxyBlackhole(_Section):
+    """Forward nothing between probe and broker; connections stay open, silent."""
+
+    kind: Literal["proxy-blackhole"]
+
+
+class SilentPartition(_Section):
+    """Strip one partition's records from fetch responses: acknowledged, never read."""
+
+    kind: Literal["silent-partition"]
+    partition: int = Field(default=1, ge=0)
+
+
+class HostileRecords(_Section):
+    """Write records that are not valid canaries onto the canary topic."""
+
+    kind: Literal["hostile-records"]
+    random: int = Field(default=3, ge=0, le=10_000)
+    tampered: int = Field(default=3, ge=0, le=10_000)
+    random_size: int = Field(default=64, ge=1, le=1_000_000)
+
+
+class ReplayedCanaries(_Section):
+    """Read the probe's own canaries back and write them again: duplicates."""
+
+    kind: Literal["replayed-canaries"]
+    count: int = Field(default=3, ge=1, le=10_000)
+
+
+class ProbeRestart(_Section):
+    """SIGTERM the probe at inject, start it again at heal."""
+
+    kind: Literal["probe-restart"]
+
+
+class ShellHooks(_Section):
+    """Staging: the fault is whatever `staging.inject` and `staging.heal` do."""
+
+    kind: Literal["hooks"]
+
+
+Fault = Annotated[
+    BrokerStop
+    | BrokerDataLoss
+    | ProxyLatency
+    | ProxyBlackhole
+    | SilentPartition
+    | HostileRecords
+    | ReplayedCanaries
+    | ProbeRestart
+    | ShellHooks,
+    Field(discriminator="kind"),
+]
+
+
+# --- Expectations -----------------------------------------------------------------------
+
+
+def _label_value(value: object) -> object:
+    # YAML reads `partition: 1` as a number; label values are always text.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+LabelValue = Annotated[str, BeforeValidator(_label_value)]
+
+
+class AlertMatcher(_Section):
+    """An alert by name and some of its labels (``labels`` a subset of the alert's)."""
+
+    alert: str = Field(min_length=1)
+    labels: dict[str, LabelValue] = Field(default_factory=dict)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return labels.get("alertname") == self.alert and all(
+            labels.get(name) == value for name, value in self.labels.items()
+        )
+
+
+def _matcher(value: object) -> object:
+    # `tolerate: [SyntheticSlaInvalidCanaries]`: a bare name matches every such alert.
+    return {"alert": value} if isinstance(value, str) else value
+
+
+class ExpectedAlert(AlertMatcher):
+    """An alert that must fire."""
+
+    # Production time from fault start to firing, checked on the replay.
+    within: Duration | None = None
+    # It must fire in the live run too (False: the live run cannot show it, e.g. a
+    # `for: 5m` on a compressed run shorter than five minutes).
+    live: bool = True
+
+
+class Expectations(_Section):
+    fire: tuple[ExpectedAlert, ...] = ()
+    # These must not fire at all (names).
+    forbid: tuple[str, ...] = ()
+    # Every firing alert that `fire` and `tolerate` do not name is a false page.
+    no_other_alerts: bool = True
+    # Alerts that may fire without being a false page (e.g. a ticket a fault may cause).
+    tolerate: tuple[Annotated[AlertMatcher, BeforeValidator(_matcher)], ...] = ()
+    # Production time after recovery starts by which every alert has resolved.
+    resolve_within: Duration | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Expectations:
+        for expected in self.fire:
+            if expected.alert in self.forbid:
+                raise ValueError(f"{expected.alert} is both expected and forbidden")
+        return self
+
+
+class Scenario(_Section):
+    """One game day. See the module docstring for the file format."""
+
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    description: str = ""
+    mode: Literal["local", "staging"] = "local"
+    # The probe's configuration (the `--config` YAML), merged over LIVE_PROBE.
+    probe: dict[str, Any] = Field(default_factory=dict)
+    production: Production = Production()
+    prometheus: LocalPrometheus = LocalPrometheus()
+    phases: Phases = Phases()
+    fault: Fault
+    expect: Expectations = Expectations()
+    staging: Staging | None = None
+    # Slow scenarios run in `make gameday`, not in the tests.
+    slow: bool = False
+
+    @model_validator(mode="after")
+    def _mode_fits(self) -> Scenario:
+        if self.mode == "staging" and self.staging is None:
+            raise ValueError("staging: required with mode: staging")
+        if self.mode == "local" and self.fault.kind == "hooks":
+            raise ValueError("fault.kind: hooks needs mode: staging")
+        if self.mode == "staging" and self.fault.kind != "hooks":
+            raise ValueError("fault.kind: a staging run injects with its hooks: use kind: hooks")
+        return self
+
+    def probe_config(self) -> ProbeConfig:
+        """The live probe's validated configuration (without broker and key file)."""
+        return _probe_config(self.live_probe_tree())
+
+    def live_probe_tree(self) -> dict[str, Any]:
+        return _merge(LIVE_PROBE, self.probe)
+
+    @property
+    def live_interval(self) -> float:
+        return self.probe_config().interval
+
+    @property
+    def time_factor(self) -> float:
+        """Production seconds per live second."""
+        return self.production.interval / self.live_interval
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _probe_config(tree: dict[str, Any]) -> ProbeConfig:
+    try:
+        return ProbeConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise _first_error(exc, prefix=("probe",)) from None
+
+
+def _first_error(error: ValidationError, prefix: tuple[str, ...] = ()) -> ConfigError:
+    first = error.errors()[0]
+    # A discriminated union puts the kind's tag in the path: fault.broker-stop.x -> fault.x
+    parts = [str(part) for part in first["loc"] if not str(part).endswith("]")]
+    loc = [*prefix, *parts]
+    if len(loc) >= 2 and loc[0] == "fault" and loc[1] in _FAULT_KINDS:
+        del loc[1]
+    field = ".".join(loc) or "scenario"
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "unknown setting"
+    elif first["type"] == "model_type":
+        message = "must be a mapping of settings"
+    elif first["type"] == "union_tag_invalid":
+        message = f"unknown fault kind; one of {', '.join(sorted(_FAULT_KINDS))}"
+    elif first["type"] == "union_tag_not_found":
+        message = f"needs a kind: one of {', '.join(sorted(_FAULT_KINDS))}"
+    # Model validators of a section report at the section; say which one.
+    if message.startswith("staging: ") or message.startswith("fault.kind: "):
+        field, _, message = message.partition(": ")
+    return ConfigError(field, message)
+
+
+_FAULT_KINDS = {
+    get_args(model.model_fields["kind"].annotation)[0] for model in get_args(get_args(Fault)[0])
+}
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate a scenario file; raises ConfigError naming the field.
+
+    >>> load_scenario(Path("scenarios/broker-stop.yaml")).fault.kind
+    'broker-stop'
+    """
+    loaded = read_yaml_file(path)
+    if not isinstance(loaded, dict):
+        raise ConfigError("scenario", f"{path} must hold a mapping of settings")
+    try:
+        scenario = Scenario.model_validate(loaded)
+    except ValidationError as exc:
+        raise _first_error(exc) from None
+    # The probe section is the probe's own configuration: validate it with the probe's
+    # model now, so a bad interval is a bad scenario (exit 2), not a failed run.
+    scenario.probe_config()
+    if scenario.mode == "local" and scenario.prometheus.rules_file is not None:
+        rules = scenario.prometheus.rules_file
+        if not rules.is_absolute():
+            rules = path.parent / rules
+        if not rules.is_file():
+            raise ConfigError("prometheus.rules_file", f"{rules} is not a file")
+        scenario = scenario.model_copy(
+            update={"prometheus": scenario.prometheus.model_copy(update={"rules_file": rules})}
+        )
+    return scenario

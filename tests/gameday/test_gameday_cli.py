@@ -1,0 +1,100 @@
+"""`sla-probe gameday` end to end: exit codes, and the quick local scenarios for real
+(embedded broker, `sla-probe run`, Prometheus with the shipped rules, promtool).
+
+Each quick scenario is under a minute of live time plus a few seconds of replay.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import SLA_PROBE
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+
+
+def _gameday(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SLA_PROBE, "gameday", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=ROOT,
+    )
+
+
+def test_a_bad_scenario_exits_2_with_one_line_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nfault: {kind: broker-stop}\nphases: {fault: soon}\n")
+    result = _gameday(str(bad))
+    assert result.returncode == 2
+    assert result.stderr == (
+        "sla-probe: config error: phases.fault: not a duration: 'soon' "
+        "(use e.g. 500ms, 20s, 1m30s)\n"
+    )
+    missing = _gameday(str(tmp_path / "missing.yaml"))
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("sla-probe: config error: config: cannot read ")
+
+
+def test_every_shipped_scenario_is_valid() -> None:
+    from probe.gameday.scenario import load_scenario  # noqa: PLC0415
+
+    names = set()
+    for path in sorted(SCENARIOS.glob("*.yaml")):
+        scenario = load_scenario(path)
+        assert scenario.name == path.stem, path
+        names.add(scenario.name)
+    assert "staging-example" in names
+
+
+def _run(name: str) -> dict[str, Any]:
+    result = _gameday(str(SCENARIOS / f"{name}.yaml"), "--json")
+    assert result.stdout, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert result.returncode == (0 if report["ok"] else 1)
+    assert report["ok"], json.dumps(report["failures"], indent=1)
+    assert report["figures"]["live"].startswith("observed")
+    assert report["figures"]["computed"].startswith("computed")
+    return report
+
+
+@pytest.mark.broker
+def test_broker_stop_pages_within_an_interval_plus_timeout_and_resolves() -> None:
+    report = _run("broker-stop")
+    by_alert = {(a["alert"], a["labels"].get("partition")): a for a in report["alerts"]}
+    page = by_alert["SyntheticSlaAvailabilityBudgetBurn", None]
+    assert page["live"]["fired"]
+    # 1 interval (20 s) + send timeout (10 s) + no `for`, to the evaluation step.
+    assert page["computed"]["to_firing_s"] <= 100
+    for partition in "012":
+        silent = by_alert["SyntheticSlaPartitionSilent", partition]
+        assert silent["computed"]["fired"]
+        assert silent["computed"]["labels"]["partition"] == partition
+    assert report["false_pages"]["computed"] == []
+    assert report["resolved"]["computed"]["ok"]
+
+
+@pytest.mark.broker
+def test_hostile_records_raise_the_invalid_ticket_per_reason_and_nothing_else() -> None:
+    report = _run("hostile-records")
+    reasons = {a["labels"]["reason"]: a for a in report["alerts"]}
+    assert reasons["malformed"]["live"]["fired"]
+    assert reasons["bad_signature"]["computed"]["fired"]
+    assert report["false_pages"]["computed"] == []
+
+
+@pytest.mark.broker
+def test_replayed_canaries_raise_the_duplicates_ticket_and_nothing_else() -> None:
+    report = _run("replayed-canaries")
+    (duplicates,) = report["alerts"]
+    assert duplicates["live"]["fired"]
+    assert duplicates["computed"]["fired"]
+    assert report["false_pages"]["computed"] == []
