@@ -99,6 +99,7 @@ class TargetProbe:
                 max_size=config.canary.max_size,
                 routed=self.layout.routed(name),
                 reject_log_period=config.interval,
+                traces=metrics,
             )
             for name in self.layout.stages
         ]

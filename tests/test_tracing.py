@@ -1,0 +1,157 @@
+"""Trace context where the ecosystem looks for it, against the real embedded broker.
+
+An independent client (librdkafka, confluent-kafka) reads the canaries back: their
+``traceparent`` header is a valid W3C context of the same trace as the signed copy
+inside the canary. A header that disagrees with the signed copy is counted, and the
+signed copy is what the stage follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from probe import tracing
+from probe.canary import decode
+from probe.config import ProbeConfig, StageName, load
+from probe.embedded import EmbeddedBroker
+from probe.judge import Outcome
+from probe.keys import generate_key_ring
+from probe.metrics import ProbeMetrics
+from probe.report import Tally
+from probe.target import TargetProbe
+from tests.conftest import until, wait_for
+
+
+def _config(broker: EmbeddedBroker, topic: str) -> ProbeConfig:
+    return load(
+        overrides={
+            "kafka.bootstrap_servers": broker.bootstrap_servers,
+            "kafka.topic": topic,
+            "kafka.create_topic": True,
+            "kafka.partitions": 2,
+            "kafka.fetch_max_wait": "20ms",
+            "judge.loss_timeout": "10s",
+        }
+    )
+
+
+def _read_back(broker: EmbeddedBroker, topic: str, partitions: int, count: int) -> list[Message]:
+    """Every record of the topic from the start, by manual assignment (librdkafka's
+    group join hangs on the embedded broker)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": "trace-header-check",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records: list[Message] = []
+
+    def more() -> bool:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            records.append(message)
+        return len(records) >= count
+
+    try:
+        wait_for(more, timeout=15, what=f"{count} records from {topic}", every=0)
+    finally:
+        consumer.close()
+    return records
+
+
+def _headers(message: Message) -> dict[str, str]:
+    return {name: (value or b"").decode() for name, value in message.headers() or []}
+
+
+async def test_canaries_carry_their_trace_context_as_kafka_headers(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    tracing.install_tracer_provider()
+    keyring = generate_key_ring()
+    tally = Tally("kafka")
+    probe = TargetProbe(_config(broker, topic), keyring, [tally])
+    await probe.connect(give_up_after=10)
+    consumer = asyncio.create_task(probe.consume())
+    try:
+        await probe.produce_round()
+        await until(lambda: probe.judge.pending_count() == 0, 10, "every fate")
+    finally:
+        consumer.cancel()
+        await probe.close()
+    assert tally.stages[StageName.CONSUMER].outcomes == {Outcome.DELIVERED.value: 2}
+
+    records = await asyncio.to_thread(_read_back, broker, topic, 2, 2)
+    for record in records:
+        canary = decode(record.value() or b"", keyring)  # verified: signed copy
+        header = _headers(record).get("traceparent")
+        header_ids = tracing.ids_of(header)
+        signed_ids = tracing.ids_of(canary.trace_context)
+        assert header_ids is not None, f"no valid traceparent header: {record.headers()}"
+        assert signed_ids is not None
+        assert header_ids.trace_id == signed_ids.trace_id
+        assert header == canary.trace_context  # the produce span's own context
+        assert canary.partition == record.partition()
+
+
+async def test_a_header_that_disagrees_with_the_signed_copy_is_counted_not_followed(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    tracing.install_tracer_provider()
+    keyring = generate_key_ring()
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    probe = TargetProbe(_config(broker, topic), keyring, [metrics], metrics=metrics)
+    await probe.connect(give_up_after=10)
+
+    def mismatches() -> float:
+        value = registry.get_sample_value(
+            "synthetic_sla_trace_header_mismatch_total", {"target": "kafka", "stage": "consumer"}
+        )
+        assert value is not None, "the series exists from the start"
+        return value
+
+    assert mismatches() == 0
+    consumer = asyncio.create_task(probe.consume())
+    try:
+        await probe.produce_round()
+        await until(lambda: probe.judge.pending_count() == 0, 10, "every fate")
+        assert mismatches() == 0
+        original = (await asyncio.to_thread(_read_back, broker, topic, 2, 1))[0]
+        forged = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+        # The same signed canary again, with a header claiming another trace.
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+        producer.produce(
+            topic,
+            original.value(),
+            partition=original.partition(),
+            headers=[("traceparent", forged.encode())],
+        )
+        assert producer.flush(10) == 0
+        await until(lambda: mismatches() == 1, 10, "the mismatch counted")
+    finally:
+        consumer.cancel()
+        await probe.close()
+    canary = decode(original.value() or b"", keyring)
+    assert tracing.ids_of(canary.trace_context) != tracing.ids_of(forged)
+
+
+def test_traceparents_are_parsed_strictly() -> None:
+    good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert tracing.ids_of(good) == tracing.TraceIds(
+        "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    )
+    for bad in (
+        None,
+        "",
+        good.upper(),
+        "ff" + good[2:],
+        "00-" + "0" * 32 + "-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01",
+        good + "-extra",
+    ):
+        assert tracing.ids_of(bad) is None, bad
