@@ -180,7 +180,9 @@ class _CountingBatchProcessor(BatchSpanProcessor):
         super().on_end(span)
 
 
-def _otlp_exporter(environ: Mapping[str, str]) -> SpanExporter:
+def otlp_exporter(environ: Mapping[str, str]) -> SpanExporter:
+    """The OTLP exporter ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL`` names; it reads its
+    endpoint, headers and timeout from the environment itself."""
     protocol = environ.get(
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")
     ).strip()
@@ -249,7 +251,7 @@ def install_tracer_provider(
     processors: list[SpanProcessor] = []
     if "otlp" in exporters:
         processors.append(
-            _CountingBatchProcessor(_otlp_exporter(environ), EXPORT_STATS, _queue_size(environ))
+            _CountingBatchProcessor(otlp_exporter(environ), EXPORT_STATS, _queue_size(environ))
         )
     if "console" in exporters:
         processors.append(SimpleSpanProcessor(ConsoleSpanExporter()))
@@ -408,6 +410,7 @@ __all__ = [
     "TraceIds",
     "ids_of",
     "install_tracer_provider",
+    "otlp_exporter",
     "produce_span",
     "record_fate",
     "resource",

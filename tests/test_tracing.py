@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
@@ -17,6 +18,7 @@ from probe import tracing
 from probe.canary import decode
 from probe.config import ProbeConfig, StageName, load
 from probe.embedded import EmbeddedBroker
+from probe.errors import ConfigError
 from probe.judge import Outcome
 from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
@@ -155,3 +157,43 @@ def test_traceparents_are_parsed_strictly() -> None:
         good + "-extra",
     ):
         assert tracing.ids_of(bad) is None, bad
+
+
+def test_the_otlp_protocol_picks_the_exporter() -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: PLC0415
+        OTLPSpanExporter as GrpcExporter,
+    )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    assert isinstance(tracing.otlp_exporter({}), HttpExporter)  # the spec's default
+    assert isinstance(
+        tracing.otlp_exporter({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}), HttpExporter
+    )
+    assert isinstance(tracing.otlp_exporter({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}), GrpcExporter)
+    # The traces-only variable wins over the general one.
+    both = {
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+    }
+    assert isinstance(tracing.otlp_exporter(both), GrpcExporter)
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
+        tracing.otlp_exporter({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+
+
+def test_resource_defaults_yield_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    defaults = tracing.resource("probe-a", ["kafka", "mqtt"]).attributes
+    assert defaults["service.name"] == "synthetic-sla-probe"
+    assert defaults["sla.probe_id"] == "probe-a"
+    assert defaults["sla.target"] == "kafka,mqtt"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "edge-probe")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "sla.probe_id=renamed,team=sre")
+    chosen = tracing.resource("probe-a", ["kafka"]).attributes
+    assert (chosen["service.name"], chosen["sla.probe_id"], chosen["team"]) == (
+        "edge-probe",
+        "renamed",
+        "sre",
+    )
