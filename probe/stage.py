@@ -306,6 +306,10 @@ class Stage:
         self._record(self.judge.expire(now_ns))
         self._rejects.flush(now_ns)
 
+    def reads(self, transport: Transport) -> None:
+        """What this stage reads: spans and log lines name its topic, arrivals or not."""
+        self._reader = transport
+
     async def consume(self, transport: Transport) -> None:
         self._reader = transport
         async for arrival in transport.arrivals():

@@ -171,6 +171,8 @@ class TargetProbe:
                 raise
         self.transport = transport
         self._readers = readers
+        for judged in self.stages:
+            judged.reads(readers.get(judged.name, transport))
         self.producer = CanaryProducer(
             own=self.own,
             target=self.target,

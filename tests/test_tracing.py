@@ -9,6 +9,10 @@ signed copy is what the stage follows.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -18,16 +22,17 @@ from probe import tracing
 from probe.canary import decode
 from probe.config import ProbeConfig, StageName, load
 from probe.embedded import EmbeddedBroker
-from probe.errors import ConfigError
-from probe.judge import Outcome
+from probe.errors import ConfigError, RejectReason
+from probe.judge import Fate, Finding, Outcome
 from probe.keys import generate_key_ring
+from probe.logs import JOIN_FIELDS, JsonFormatter
 from probe.metrics import ProbeMetrics
 from probe.report import Tally
 from probe.target import TargetProbe
 from tests.conftest import until, wait_for
 
 
-def _config(broker: EmbeddedBroker, topic: str) -> ProbeConfig:
+def _config(broker: EmbeddedBroker, topic: str, **extra: object) -> ProbeConfig:
     return load(
         overrides={
             "kafka.bootstrap_servers": broker.bootstrap_servers,
@@ -36,6 +41,7 @@ def _config(broker: EmbeddedBroker, topic: str) -> ProbeConfig:
             "kafka.partitions": 2,
             "kafka.fetch_max_wait": "20ms",
             "judge.loss_timeout": "10s",
+            **extra,
         }
     )
 
@@ -197,3 +203,95 @@ def test_resource_defaults_yield_to_the_environment(monkeypatch: pytest.MonkeyPa
         "renamed",
         "sre",
     )
+
+
+# --- logs keyed for joins -------------------------------------------------------------
+
+
+def _json_lines(caplog: pytest.LogCaptureFixture, needle: str) -> list[dict[str, object]]:
+    formatter = JsonFormatter()
+    return [
+        json.loads(formatter.format(record))
+        for record in caplog.records
+        if needle in record.getMessage()
+    ]
+
+
+async def test_a_lost_canarys_log_line_carries_its_trace_id(
+    broker: EmbeddedBroker, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    tracing.install_tracer_provider()
+    findings = Fates()
+    config = _config(broker, topic, **{"judge.freshness": "1s", "judge.loss_timeout": "1s"})
+    probe = TargetProbe(config, generate_key_ring(), [findings])
+    await probe.connect(give_up_after=10)
+    caplog.set_level(logging.WARNING, logger="probe.stage")
+    # No consumer: every canary is acknowledged and never read back.
+    try:
+        await probe.produce_round()
+        assert await probe.settle(5), "the loss timeout"
+    finally:
+        await probe.close()
+    lost = [f for f in findings.fates if f.outcome is Outcome.LOST]
+    assert len(lost) == 2
+    lines = _json_lines(caplog, ": lost")
+    assert len(lines) == 2
+    for fate in lost:
+        ids = tracing.ids_of(fate.trace_context)
+        assert ids is not None
+        (line,) = [entry for entry in lines if entry["partition"] == fate.key.partition]
+        assert set(JOIN_FIELDS) <= set(line)
+        assert line["trace_id"] == ids.trace_id
+        assert isinstance(line["span_id"], str)
+        assert len(line["span_id"]) == 16
+        assert (line["outcome"], line["stage"], line["target"]) == ("lost", "consumer", "kafka")
+        assert (line["topic"], line["seq"], line["probe_id"]) == (topic, 0, config.probe_id)
+        assert str(line["produced_at"]).endswith("Z")
+
+
+async def test_a_rejected_records_log_line_carries_its_header_context(
+    broker: EmbeddedBroker, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first rejection of a period is logged at once with its join fields; the
+    rest of the period only in the summary (the rate limit holds)."""
+    tracing.install_tracer_provider()
+    tally = Tally("kafka")
+    probe = TargetProbe(_config(broker, topic), generate_key_ring(), [tally])
+    await probe.connect(give_up_after=10)
+    caplog.set_level(logging.WARNING, logger="probe.stage")
+    consumer = asyncio.create_task(probe.consume())
+    header = "00-" + "12" * 16 + "-" + "34" * 8 + "-01"
+    try:
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+        for _ in range(3):
+            producer.produce(
+                topic, b"not a canary", partition=1, headers=[("traceparent", header.encode())]
+            )
+        assert producer.flush(10) == 0
+        await until(
+            lambda: (
+                StageName.CONSUMER in tally.stages
+                and sum(tally.stages[StageName.CONSUMER].invalid.values()) == 3
+            ),
+            10,
+            "three invalid records",
+        )
+    finally:
+        consumer.cancel()
+        await probe.close()
+    (line,) = _json_lines(caplog, "invalid record on")
+    assert (line["trace_id"], line["span_id"]) == ("12" * 16, "34" * 8)
+    assert (line["outcome"], line["partition"], line["topic"]) == ("malformed", 1, topic)
+    assert isinstance(line["offset"], int)
+    assert line["seq"] is None
+
+
+@dataclass
+class Fates:
+    fates: list[Fate] = field(default_factory=list)
+
+    def count(self, target: str, stage: str, findings: Sequence[Finding]) -> None:
+        self.fates.extend(f for f in findings if isinstance(f, Fate))
+
+    def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None:
+        raise AssertionError(reason)
