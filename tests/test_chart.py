@@ -511,6 +511,19 @@ def test_dashboard_configmap_carries_the_dashboard_for_the_sidecar() -> None:
     assert json.loads(configmap["data"]["synthetic-sla-probe.json"]) == shipped
 
 
+def test_dashboard_latency_panels_show_exemplars() -> None:
+    """Exemplars carry each canary's trace id: a slow bucket links to its trace."""
+    dashboard = json.loads((CHART / "dashboards" / "synthetic-sla-probe.json").read_text())
+    targets = [
+        target
+        for panel in dashboard["panels"]
+        if panel.get("title") == "End-to-end latency percentiles"
+        for target in panel["targets"]
+    ]
+    assert targets
+    assert all(target["exemplar"] is True for target in targets)
+
+
 # -- the image ----------------------------------------------------------------------------
 
 
