@@ -4,8 +4,10 @@ What a trace of one canary holds (all in the trace whose id the canary carries):
 
     send <topic>        PRODUCER  the produce, from the send to the broker's ack
     ├─ receive <topic>  CONSUMER  arrival at the consumer stage (and the bridge, mqtt)
-    ├─ lost <topic>     INTERNAL  zero-length, when a stage declares the canary lost
-    └─ commit <table>   CONSUMER  the Spark sink's commit of the canary (probe.spark)
+    └─ lost <topic>     INTERNAL  zero-length, when a stage declares the canary lost
+
+The Spark sink keeps each canary's context in its table (``trace_context``) but
+records no commit span yet.
 
 Context travels where the ecosystem looks for it: the W3C ``traceparent`` (and
 ``tracestate``) as Kafka record headers and MQTT 5 user properties. The canary also
