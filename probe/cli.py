@@ -261,6 +261,15 @@ def _keyring(
     return KeyRingSource.from_file(config.signing_key_file)
 
 
+def _install_tracing(config: ProbeConfig) -> None:
+    """Tracing by the OTEL_* environment, with this probe's id and targets as its
+    resource (ConfigError for an exporter setting it cannot use)."""
+    from probe.target import target_name  # noqa: PLC0415 - keep `--help` fast
+
+    targets = [target_name(config, kind) for kind in config.targets]
+    tracing.install_tracer_provider(config.probe_id, targets)
+
+
 def _fail_config(error: ConfigError) -> None:
     click.echo(f"sla-probe: config error: {error}", err=True)
     sys.exit(EXIT_USAGE)
@@ -296,16 +305,18 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
     try:
         config = _load(config_file, flags)
         keyring = _keyring(config, ephemeral_ok=True)
+        _install_tracing(config)
     except ConfigError as error:
         _fail_config(error)
         return
     logs.configure(config.log_level if config.log_level != "info" else "warning")
-    tracing.install_tracer_provider()
     try:
         code = run_once(config, keyring.ring, as_json=bool(json))
     except ConfigError as error:  # found only once running: the Spark log file
         _fail_config(error)
         return
+    finally:
+        tracing.shutdown()
     sys.exit(code)
 
 
@@ -331,16 +342,18 @@ def run(config_file: Path | None, **flags: Any) -> None:
         config = _load(config_file, flags)
         keyring = _keyring(config, ephemeral_ok=config.allow_ephemeral_key)
         config_module.require_for_service(config)
+        _install_tracing(config)
     except ConfigError as error:
         _fail_config(error)
         return
     logs.configure(config.log_level)
-    tracing.install_tracer_provider()
     try:
         asyncio.run(serve(config, keyring))
     except ConfigError as error:
         # Found only when the service starts: the metrics port or host (probe/endpoints.py).
         _fail_config(error)
+    finally:
+        tracing.shutdown()
 
 
 @main.command()

@@ -172,12 +172,17 @@ class StreamKey:
 
 @dataclass(frozen=True, slots=True)
 class Fate:
-    """The one outcome of one canary at one stage. ``latency_ns`` is set for delivered/late."""
+    """The one outcome of one canary at one stage. ``latency_ns`` is set for delivered/late.
+
+    ``trace_context`` is the canary's signed W3C traceparent, attached by the shell
+    that knows the canary (exemplars, spans and logs use it); the judge leaves it None.
+    """
 
     key: StreamKey
     seq: int
     outcome: Outcome
     latency_ns: int | None
+    trace_context: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

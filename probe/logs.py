@@ -1,4 +1,9 @@
-"""Structured logs: one JSON object per line on stderr, for log pipelines to parse."""
+"""Structured logs: one JSON object per line on stderr, for log pipelines to parse.
+
+A line about one canary or record carries the fields that join it to its trace, its
+metrics and the sink's tables (see :data:`JOIN_FIELDS`), passed with ``extra=``; trace
+and span ids are lower-case hex under OpenTelemetry's log-correlation names.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,36 @@ import logging
 import sys
 import time
 
+JOIN_FIELDS = (
+    "trace_id",
+    "span_id",
+    "probe_id",
+    "target",
+    "stage",
+    "topic",
+    "partition",
+    "offset",
+    "seq",
+    "produced_at",
+    "outcome",
+)
+"""Every line about a canary has all of them (null where unknown), so a log pipeline
+can index them: e.g. ``{"msg": "canary kafka/1 seq 7 at stage consumer: lost",
+"trace_id": "4bf9...", "span_id": "00f0...", "partition": 1, "seq": 7, ...}``."""
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        if hasattr(record, JOIN_FIELDS[0]):
+            for name in JOIN_FIELDS:
+                entry[name] = getattr(record, name, None)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry)

@@ -19,9 +19,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from probe import tracing
 from probe.config import ProbeConfig, StageName
 from probe.errors import ProduceFailure, RejectReason
 from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
@@ -91,6 +92,27 @@ class StalenessCollector(Collector):
                 family.add_metric(
                     [source.target, source.stage, str(key.partition)], staleness_ns / 1e9
                 )
+        yield family
+
+
+class SpanDropCollector(Collector):
+    """`synthetic_sla_spans_dropped_total{reason}`: spans that never reached the
+    collector (probe.tracing counts them on the exporter's thread), read at scrape time.
+    Both reasons exist at zero from the start, exporting or not."""
+
+    def __init__(self, stats: tracing.ExportStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "synthetic_sla_spans_dropped",
+            "Spans dropped on their way to the OTLP collector: queue_full (the bounded "
+            "export queue had no room) or export_failed (the collector did not take them).",
+            labels=["reason"],
+        )
+        dropped = self._stats.dropped()
+        for reason in tracing.DROP_REASONS:
+            family.add_metric([reason], float(dropped.get(reason, 0)))
         yield family
 
 
@@ -201,6 +223,7 @@ class ProbeMetrics:
         latency_thresholds: Iterable[float] = (0.5,),
         version: str = "0",
         clock_ns: Callable[[], int] = time.time_ns,
+        span_stats: tracing.ExportStats | None = None,
     ) -> None:
         buckets = latency_buckets(*latency_thresholds)
         self.canaries = Counter(
@@ -303,6 +326,14 @@ class ProbeMetrics:
             ["target", "stage"],
             registry=registry,
         )
+        self.trace_header_mismatch_counter = Counter(
+            "synthetic_sla_trace_header_mismatch",
+            "Canaries whose traceparent header (Kafka header, MQTT user property) "
+            "disagrees with the signed copy inside them; the signed copy is followed.",
+            ["target", "stage"],
+            registry=registry,
+        )
+        registry.register(SpanDropCollector(span_stats or tracing.EXPORT_STATS))
         Info("synthetic_sla_probe", "Build of the probe.", registry=registry).info(
             {"version": version}
         )
@@ -327,6 +358,7 @@ class ProbeMetrics:
         for outcome in Outcome:
             self.canaries.labels(target, stage, outcome.value)
         self.e2e_latency.labels(target, stage)
+        self.trace_header_mismatch_counter.labels(target, stage)
         for kind in AnomalyKind:
             self._anomaly_counter(kind).labels(target, stage)
         for reason in RejectReason:
@@ -340,12 +372,24 @@ class ProbeMetrics:
             if isinstance(finding, Fate):
                 self.canaries.labels(target, stage, finding.outcome.value).inc()
                 if finding.latency_ns is not None:
-                    self.e2e_latency.labels(target, stage).observe(finding.latency_ns / 1e9)
+                    # The exemplar lets a dashboard jump from a slow bucket to the trace.
+                    ids = tracing.ids_of(finding.trace_context)
+                    self.e2e_latency.labels(target, stage).observe(
+                        finding.latency_ns / 1e9,
+                        exemplar=None
+                        if ids is None
+                        else {"trace_id": ids.trace_id, "span_id": ids.span_id},
+                    )
             elif isinstance(finding, Anomaly):
                 self._anomaly_counter(finding.kind).labels(target, stage).inc()
 
     def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None:
         self.invalid.labels(target, stage, reason.value).inc()
+
+    # -- TraceRecorder -------------------------------------------------------------
+
+    def trace_header_mismatch(self, target: str, stage: str) -> None:
+        self.trace_header_mismatch_counter.labels(target, stage).inc()
 
     # -- TargetRecorder: what the producer and the target report -------------------
 

@@ -166,18 +166,32 @@ class CanaryProducer:
 
     async def _send(self, partition: int, deadline: float) -> None:
         seq = self._next_seq.get(partition, 0)
-        with tracing.produce_span(self._target, partition, seq) as trace_context:
-            canary = self._canary(partition, trace_context)
+        transport = self._transport
+        with tracing.produce_span(
+            system=transport.messaging_system,
+            destination=transport.destination(partition),
+            partition=partition,
+            target=self._target,
+            probe_id=self._own.probe_id,
+            seq=seq,
+        ) as span:
+            # The signed copy inside the canary is the one stages trust; the same
+            # context also goes beside it (Kafka headers, MQTT 5 user properties) for
+            # tracing clients and collectors that cannot read canaries.
+            canary = self._canary(partition, span.traceparent)
             payload = encode(canary, self._keyring.ring, pad_to=self._pad_to)
             try:
                 async with asyncio.timeout_at(deadline):
-                    await self._transport.send(partition, payload)
+                    offset = await transport.send(partition, payload, span.carrier)
             except TimeoutError:
+                span.failed(ProduceFailure.TIMEOUT.value)
                 self._failed(canary, ProduceFailed(ProduceFailure.TIMEOUT))
                 return
             except ProduceFailed as failure:
+                span.failed(failure.reason.value)
                 self._failed(canary, failure)
                 return
+            span.acked(offset)
         acked_ns = self._clock_ns()
         self._next_seq[partition] = seq + 1
         if self._metrics is not None:

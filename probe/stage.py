@@ -11,9 +11,11 @@ transport's arrivals; other stages reuse the same intake with other transports.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Protocol
 
 from probe import tracing
@@ -42,6 +44,27 @@ class Recorder(Protocol):
     def count(self, target: str, stage: str, findings: Sequence[Finding]) -> None: ...
 
     def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None: ...
+
+
+class TraceRecorder(Protocol):
+    """Where a stage's tracing findings go (the Prometheus metrics)."""
+
+    def trace_header_mismatch(self, target: str, stage: str) -> None: ...
+
+
+# Pending canaries a stage remembers for their trace context, should they be lost;
+# past this many the oldest are forgotten (their loss is logged without a trace id).
+_REMEMBERED_ACKS = 100_000
+
+
+def produced_at(produced_ns: int) -> str:
+    """A produce time as the logs write it: RFC 3339, UTC, microseconds.
+
+    >>> produced_at(1_700_000_000_123_456_789)
+    '2023-11-14T22:13:20.123456Z'
+    """
+    moment = datetime.fromtimestamp(produced_ns // 1000 / 1e6, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class TargetRecorder(Protocol):
@@ -114,11 +137,20 @@ class RejectLog:
         self._since_ns: int | None = None  # start of the current period, if one is open
         self._held: Counter[str] = Counter()
 
-    def rejected(self, partition: int, reason: str, now_ns: int) -> None:
+    def rejected(
+        self, partition: int, reason: str, now_ns: int, fields: Mapping[str, object] | None = None
+    ) -> None:
+        """``fields``: the record's join fields (probe.logs.JOIN_FIELDS) for its line."""
         self.flush(now_ns)
         if self._since_ns is None:
             self._since_ns = now_ns
-            log.warning("invalid record on %s partition %d: %s", self._where, partition, reason)
+            log.warning(
+                "invalid record on %s partition %d: %s",
+                self._where,
+                partition,
+                reason,
+                extra=dict(fields or {}),
+            )
         else:
             self._held[reason] += 1
 
@@ -167,6 +199,7 @@ class Stage:
         max_size: int = 1_048_576,
         routed: bool = True,
         reject_log_period: float = 60.0,
+        traces: TraceRecorder | None = None,
     ) -> None:
         self.name = name
         self.target = target
@@ -177,6 +210,13 @@ class Stage:
         self._max_size = max_size
         self._routed = routed
         self._rejects = RejectLog(f"{target} stage {name}", int(reject_log_period * 1e9))
+        self._traces = traces
+        # What the stage reads (set by consume()): names the topic in spans and logs.
+        self._reader: Transport | None = None
+        # Acknowledged canaries whose fate is pending, by (incarnation, partition, seq):
+        # a loss is declared long after the ack, and its span and log line need the
+        # canary's trace context and produce time.
+        self._acked: dict[tuple[int, int, int], Canary] = {}
 
     def watch(self, partitions: Sequence[int], now_ns: int) -> None:
         """Track exactly these partitions' staleness, from before their first canary.
@@ -194,10 +234,15 @@ class Stage:
                 self.judge.unwatch(key)
 
     def on_acked(self, canary: Canary, now_ns: int) -> None:
-        self._record(self.judge.on_acked(canary, now_ns))
+        findings = self.judge.on_acked(canary, now_ns)
+        if not findings:
+            self._acked[_ident(canary)] = canary
+            if len(self._acked) > _REMEMBERED_ACKS:
+                del self._acked[next(iter(self._acked))]
+        self._record(findings)
 
     def on_produce_failed(self, canary: Canary, now_ns: int) -> None:
-        self._record(self.judge.on_produce_failed(canary, now_ns))
+        self._record(self.judge.on_produce_failed(canary, now_ns), canary)
 
     def on_arrival(self, arrival: Arrival) -> None:
         verdict = classify(
@@ -208,6 +253,13 @@ class Stage:
             max_size=self._max_size,
         )
         if isinstance(verdict, Canary):
+            if (
+                arrival.traceparent is not None
+                and arrival.traceparent != verdict.trace_context
+                and self._traces is not None
+            ):
+                # Counted, never followed: the signed copy is the canary's context.
+                self._traces.trace_header_mismatch(self.target, self.name)
             if self._misrouted(verdict, arrival.partition):
                 key = StreamKey.of(verdict)
                 log.warning(
@@ -219,24 +271,24 @@ class Stage:
                 )
                 self._record([Anomaly(key, verdict.seq, AnomalyKind.MISROUTED)])
                 return
-            findings = self.judge.on_arrived(verdict, arrival.at_ns)
-            self._record(findings)
-            for finding in findings:
-                if isinstance(finding, Fate):
-                    # The canary's own partition: a bridge stage reads shard canaries
-                    # from whichever Kafka partition the bridge chose.
-                    tracing.record_arrival(
-                        verdict.trace_context,
-                        self.name,
-                        self.target,
-                        verdict.partition,
-                        finding.outcome.value,
-                    )
+            self._record(self.judge.on_arrived(verdict, arrival.at_ns), verdict, arrival)
         elif verdict is None:
             key = StreamKey("", self.target, arrival.partition)
             self._record([Anomaly(key, -1, AnomalyKind.FOREIGN)])
         else:
-            self._rejects.rejected(arrival.partition, verdict.reason.value, arrival.at_ns)
+            # The header's context is unverified, but it is the only link a rejected
+            # record has to whatever wrote it.
+            ids = tracing.ids_of(arrival.traceparent)
+            fields = self._join_fields(
+                trace_ids=ids,
+                probe_id=verdict.claimed_probe_id,
+                partition=arrival.partition,
+                offset=arrival.offset,
+                seq=None,
+                produced_ns=None,
+                outcome=verdict.reason.value,
+            )
+            self._rejects.rejected(arrival.partition, verdict.reason.value, arrival.at_ns, fields)
             for recorder in self._recorders:
                 recorder.count_invalid(self.target, self.name, verdict.reason)
 
@@ -254,24 +306,28 @@ class Stage:
         self._record(self.judge.expire(now_ns))
         self._rejects.flush(now_ns)
 
+    def reads(self, transport: Transport) -> None:
+        """What this stage reads: spans and log lines name its topic, arrivals or not."""
+        self._reader = transport
+
     async def consume(self, transport: Transport) -> None:
+        self._reader = transport
         async for arrival in transport.arrivals():
             self.on_arrival(arrival)
 
-    def _record(self, findings: Sequence[Finding]) -> None:
+    def _record(
+        self,
+        findings: Sequence[Finding],
+        canary: Canary | None = None,
+        arrival: Arrival | None = None,
+    ) -> None:
+        """Trace, log and count findings; ``canary`` (and the ``arrival`` it came in)
+        when they are about one canary that the stage holds."""
         if not findings:
             return
-        for finding in findings:
-            if isinstance(finding, Fate) and finding.outcome is not Outcome.DELIVERED:
-                log.warning(
-                    "canary %s/%d seq %d at stage %s: %s",
-                    self.target,
-                    finding.key.partition,
-                    finding.seq,
-                    self.name,
-                    finding.outcome.value,
-                )
-            elif isinstance(finding, Anomaly) and finding.kind is AnomalyKind.SEQUENCE_JUMP:
+        traced = [self._traced(finding, canary, arrival) for finding in findings]
+        for finding in traced:
+            if isinstance(finding, Anomaly) and finding.kind is AnomalyKind.SEQUENCE_JUMP:
                 log.warning(
                     "canary %s/%d seq %d at stage %s: sequence jump, ignored",
                     self.target,
@@ -280,4 +336,105 @@ class Stage:
                     self.name,
                 )
         for recorder in self._recorders:
-            recorder.count(self.target, self.name, findings)
+            recorder.count(self.target, self.name, traced)
+
+    def _traced(self, finding: Finding, canary: Canary | None, arrival: Arrival | None) -> Finding:
+        """A fate with its canary's trace context, its span recorded, and (unless
+        delivered) its log line keyed for joins; anything else as it is."""
+        if not isinstance(finding, Fate):
+            return finding
+        incarnation = canary.incarnation if canary is not None else self._own.incarnation
+        remembered = self._acked.pop((incarnation, finding.key.partition, finding.seq), None)
+        if canary is None or canary.seq != finding.seq or StreamKey.of(canary) != finding.key:
+            canary = remembered
+        if canary is None:
+            trace_context = None
+            produced_ns = None
+        else:
+            trace_context, produced_ns = canary.trace_context, canary.produced_ns
+        finding = dataclasses.replace(finding, trace_context=trace_context)
+        ids = self._fate_span(finding, arrival)
+        if finding.outcome is not Outcome.DELIVERED:
+            fields = self._join_fields(
+                trace_ids=ids,
+                probe_id=finding.key.probe_id,
+                partition=finding.key.partition if arrival is None else arrival.partition,
+                offset=None if arrival is None else arrival.offset,
+                seq=finding.seq,
+                produced_ns=produced_ns,
+                outcome=finding.outcome.value,
+            )
+            log.warning(
+                "canary %s/%d seq %d at stage %s: %s",
+                self.target,
+                finding.key.partition,
+                finding.seq,
+                self.name,
+                finding.outcome.value,
+                extra=fields,
+            )
+        return finding
+
+    def _fate_span(self, fate: Fate, arrival: Arrival | None) -> tracing.TraceIds | None:
+        """The fate's span (an arrival, a declared loss); the ids a log line names.
+
+        A produce failure has no span of its own here: the produce span already ended
+        with it, so its line names that span.
+        """
+        produce_ids = tracing.ids_of(fate.trace_context)
+        if fate.outcome is Outcome.PRODUCE_FAILED:
+            return produce_ids
+        reader = self._reader
+        hop = tracing.Hop(
+            stage=self.name,
+            target=self.target,
+            system="kafka" if reader is None else reader.messaging_system,
+            destination=self._topic(fate.key.partition if arrival is None else arrival.partition)
+            or self.target,
+            partition=arrival.partition if arrival is not None else None,
+            offset=arrival.offset if arrival is not None else None,
+        )
+        ids = tracing.record_fate(
+            fate.trace_context,
+            hop,
+            seq=fate.seq,
+            canary_partition=fate.key.partition,
+            outcome=fate.outcome.value,
+            latency_s=None if fate.latency_ns is None else fate.latency_ns / 1e9,
+            arrived_ns=None if arrival is None else arrival.at_ns,
+        )
+        return ids or produce_ids
+
+    def _topic(self, partition: int) -> str | None:
+        return None if self._reader is None else self._reader.destination(partition)
+
+    def _join_fields(
+        self,
+        *,
+        trace_ids: tracing.TraceIds | None,
+        probe_id: str | None,
+        partition: int,
+        offset: int | None,
+        seq: int | None,
+        produced_ns: int | None,
+        outcome: str,
+    ) -> dict[str, object]:
+        """A canary's log fields, named as every line names them (probe.logs.JOIN_FIELDS):
+        trace and span ids as OpenTelemetry's log correlation names them."""
+        return {
+            "trace_id": None if trace_ids is None else trace_ids.trace_id,
+            "span_id": None if trace_ids is None else trace_ids.span_id,
+            "probe_id": probe_id,
+            "target": self.target,
+            "stage": str(self.name),
+            "topic": self._topic(partition),
+            "partition": partition,
+            "offset": offset,
+            "seq": seq,
+            "produced_at": None if produced_ns is None else produced_at(produced_ns),
+            "outcome": outcome,
+        }
+
+
+def _ident(canary: Canary) -> tuple[int, int, int]:
+    return (canary.incarnation, canary.partition, canary.seq)

@@ -99,6 +99,7 @@ class TargetProbe:
                 max_size=config.canary.max_size,
                 routed=self.layout.routed(name),
                 reject_log_period=config.interval,
+                traces=metrics,
             )
             for name in self.layout.stages
         ]
@@ -170,6 +171,8 @@ class TargetProbe:
                 raise
         self.transport = transport
         self._readers = readers
+        for judged in self.stages:
+            judged.reads(readers.get(judged.name, transport))
         self.producer = CanaryProducer(
             own=self.own,
             target=self.target,

@@ -1,80 +1,420 @@
-"""Tracing: every canary carries the W3C trace context of the span that produced it.
+"""Tracing: one trace per canary, across every hop it takes.
 
-The consumer, MQTT and bridge stages start an arrival span as a child of that
-context, so a trace backend shows produce and arrival of one canary as one trace,
-across protocols (MQTT to Kafka bridges). The Spark sink records no span yet: it
-keeps each canary's context in its table (``trace_context``).
+What a trace of one canary holds (all in the trace whose id the canary carries)::
+
+    send <topic>        PRODUCER  the produce, from the send to the broker's ack
+    ├─ receive <topic>  CONSUMER  arrival at the consumer stage (and the bridge, mqtt)
+    └─ lost <topic>     INTERNAL  zero-length, when a stage declares the canary lost
+
+The Spark sink keeps each canary's context in its table (``trace_context``) but
+records no commit span yet.
+
+Context travels where the ecosystem looks for it: the W3C ``traceparent`` (and
+``tracestate``) as Kafka record headers and MQTT 5 user properties. The canary also
+carries its own copy inside its signed payload, and that copy is the one stages trust:
+a header that disagrees with it is counted
+(``synthetic_sla_trace_header_mismatch_total``), never followed, since anyone who can
+write to the topic can write headers.
+
+Attributes follow OpenTelemetry's messaging semantic conventions
+(``messaging.system``, ``messaging.destination.name``,
+``messaging.destination.partition.id``, ``messaging.operation.type``,
+``messaging.kafka.offset``), plus the probe's own under ``sla.*`` (stage, outcome,
+latency, seq, the canary's partition).
+
+A ``lost`` canary has no arrival to time, and its produce span ended long before the
+loss was declared (an ended span takes no more events), so the declaration is a
+zero-length span at the moment of the verdict, child of the produce span, with the
+event ``canary.lost``: the trace then shows where the canary was last seen.
+
+Export uses the standard variables: ``OTEL_TRACES_EXPORTER`` (``otlp``, ``console``,
+``none``; unset means none here, so a probe without a collector logs no export
+errors), ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc`` or
+``http/protobuf``, the default), ``OTEL_EXPORTER_OTLP_HEADERS``,
+``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``,
+``OTEL_BSP_*``. Spans leave through a batch processor with a bounded queue: ending a
+span never waits on the collector, and a span the queue has no room for, or a batch
+the collector did not take, is dropped and counted
+(``synthetic_sla_spans_dropped_total{reason}``).
 
 The SDK's tracer provider is always installed, so canaries always carry a valid
-trace id (useful in logs even without a backend); spans are exported only when the
-standard ``OTEL_TRACES_EXPORTER=console`` asks for it, or when a deployment
-installs its own provider (e.g. OTLP) before the probe starts.
+trace id (logs and exemplars use it) even when nothing is exported.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterator
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from probe.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACER_NAME = "synthetic_sla_probe"
+SERVICE_NAME = "synthetic-sla-probe"
+# version-traceid-parentid-flags, lower-case hex; an all-zero id is invalid.
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
+# Why a span never reached the collector: the ``reason`` label values.
+DROP_REASONS = ("queue_full", "export_failed")
 
 
-def install_tracer_provider() -> None:
-    """Install the SDK provider unless the process already has a real one."""
+@dataclass(frozen=True, slots=True)
+class TraceIds:
+    """A span's ids in lower-case hex, as OpenTelemetry's log correlation names them."""
+
+    trace_id: str
+    span_id: str
+
+
+def ids_of(traceparent: str | None) -> TraceIds | None:
+    """The trace and span ids of a W3C traceparent, or None if it is not a valid one.
+
+    >>> ids_of("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    TraceIds(trace_id='0af7651916cd43dd8448eb211c80319c', span_id='b7ad6b7169203331')
+    """
+    match = _TRACEPARENT.match(traceparent or "")
+    if match is None or match[1] == "ff":
+        return None
+    trace_id, span_id = match[2], match[3]
+    if trace_id == "0" * 32 or span_id == "0" * 16:
+        return None
+    return TraceIds(trace_id, span_id)
+
+
+# -- export -------------------------------------------------------------------------
+
+
+@dataclass
+class ExportStats:
+    """Spans dropped on their way to the collector, by reason; read at scrape time.
+
+    ``queued`` mirrors the batch processor's queue: spans in, spans handed to the
+    exporter out. The processor's deque drops one span for every span that enters it
+    full, so that is counted as ``queue_full`` when it happens.
+    """
+
+    queued: int = 0
+    _dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def entered_queue(self, capacity: int) -> None:
+        with self._lock:
+            if self.queued >= capacity:
+                self._dropped["queue_full"] += 1
+            else:
+                self.queued += 1
+
+    def left_queue(self, count: int) -> None:
+        with self._lock:
+            self.queued = max(0, self.queued - count)
+
+    def export_failed(self, count: int) -> None:
+        with self._lock:
+            self._dropped["export_failed"] += count
+
+    def dropped(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._dropped)
+
+
+EXPORT_STATS = ExportStats()
+"""This process's drop counts (``synthetic_sla_spans_dropped_total`` reads them)."""
+
+
+class _CountingExporter(SpanExporter):
+    """An exporter whose failed batches are counted as dropped spans."""
+
+    def __init__(self, inner: SpanExporter, stats: ExportStats) -> None:
+        self._inner = inner
+        self._stats = stats
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self._stats.left_queue(len(spans))
+        try:
+            result = self._inner.export(spans)
+        except Exception:  # an exporter must not kill the batch thread
+            log.debug("span export raised", exc_info=True)
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            self._stats.export_failed(len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class _CountingBatchProcessor(BatchSpanProcessor):
+    """The SDK's batch processor, with its overflow counted (it only logs it)."""
+
+    def __init__(self, exporter: SpanExporter, stats: ExportStats, capacity: int) -> None:
+        super().__init__(_CountingExporter(exporter, stats), max_queue_size=capacity)
+        self._stats = stats
+        self._capacity = capacity
+
+    def on_end(self, span: ReadableSpan) -> None:
+        context = span.context
+        if context is not None and context.trace_flags.sampled:
+            self._stats.entered_queue(self._capacity)
+        super().on_end(span)
+
+
+def otlp_exporter(environ: Mapping[str, str]) -> SpanExporter:
+    """The OTLP exporter ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL`` names; it reads its
+    endpoint, headers and timeout from the environment itself."""
+    protocol = environ.get(
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+    ).strip()
+    # Imported here: only a process that exports pays for grpc.
+    if protocol in ("", "http/protobuf"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+            OTLPSpanExporter as HttpExporter,
+        )
+
+        return HttpExporter()
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: PLC0415
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        return GrpcExporter()
+    raise ConfigError(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", f"must be grpc or http/protobuf, got {protocol!r}"
+    )
+
+
+def _queue_size(environ: Mapping[str, str]) -> int:
+    """``OTEL_BSP_MAX_QUEUE_SIZE``, default 2048: at most this many spans wait for the
+    collector (about 10 KB each at most), whatever it does."""
+    raw = environ.get("OTEL_BSP_MAX_QUEUE_SIZE", "").strip() or "2048"
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError("OTEL_BSP_MAX_QUEUE_SIZE", f"must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def resource(probe_id: str, targets: Sequence[str]) -> Resource:
+    """The probe's defaults (service name, probe id, targets), overridden by
+    ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``."""
+    defaults = Resource.create(
+        {
+            "service.name": SERVICE_NAME,
+            "service.instance.id": probe_id,
+            "sla.probe_id": probe_id,
+            "sla.target": ",".join(targets),
+        }
+    )
+    return defaults.merge(OTELResourceDetector().detect())
+
+
+_processors: list[SpanProcessor] = []
+
+
+def install_tracer_provider(
+    probe_id: str = "", targets: Sequence[str] = (), environ: Mapping[str, str] | None = None
+) -> None:
+    """Install the SDK provider, exporting as the environment says, unless the process
+    already has a real one. Raises ConfigError for an exporter it cannot build."""
     if isinstance(trace.get_tracer_provider(), TracerProvider):
         return
-    provider = TracerProvider()
-    if os.environ.get("OTEL_TRACES_EXPORTER", "") == "console":
-        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+    environ = os.environ if environ is None else environ
+    exporters = {
+        name.strip()
+        for name in environ.get("OTEL_TRACES_EXPORTER", "none").split(",")
+        if name.strip() not in ("", "none")
+    }
+    unknown = exporters - {"otlp", "console"}
+    if unknown:
+        raise ConfigError(
+            "OTEL_TRACES_EXPORTER", f"must be otlp, console or none, got {sorted(unknown)}"
+        )
+    processors: list[SpanProcessor] = []
+    if "otlp" in exporters:
+        processors.append(
+            _CountingBatchProcessor(otlp_exporter(environ), EXPORT_STATS, _queue_size(environ))
+        )
+    if "console" in exporters:
+        processors.append(SimpleSpanProcessor(ConsoleSpanExporter()))
+    # No exit hook: shutdown() bounds the final flush, a dead collector must not hold
+    # the process past its stop deadline.
+    provider = TracerProvider(resource=resource(probe_id, targets), shutdown_on_exit=False)
+    for processor in processors:
+        provider.add_span_processor(processor)
+    _processors[:] = processors
     trace.set_tracer_provider(provider)
 
 
+def shutdown(timeout: float = 1.0) -> None:
+    """Flush what is queued, for at most ``timeout`` seconds, and stop exporting."""
+    for processor in _processors:
+        if isinstance(processor, BatchSpanProcessor):
+            # Its public shutdown() waits up to 30 s on an exporter that is retrying.
+            processor._batch_processor.shutdown(timeout_millis=int(timeout * 1000))
+        else:
+            processor.shutdown()
+    _processors.clear()
+
+
+# -- spans --------------------------------------------------------------------------
+
+
+class ProduceSpan:
+    """The span of one canary's produce; ``carrier`` is its context to propagate."""
+
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+        self.carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(self.carrier, trace.set_span_in_context(span))
+
+    @property
+    def traceparent(self) -> str | None:
+        return self.carrier.get("traceparent")
+
+    def acked(self, offset: int | None) -> None:
+        if offset is not None:
+            self.span.set_attribute("messaging.kafka.offset", offset)
+
+    def failed(self, reason: str) -> None:
+        self.span.set_status(Status(StatusCode.ERROR, reason))
+        self.span.set_attribute("error.type", reason)
+        self.span.set_attribute("sla.outcome", "produce_failed")
+
+
 @contextmanager
-def produce_span(target: str, partition: int, seq: int) -> Iterator[str | None]:
-    """A span around one canary's produce; yields the traceparent to put in the canary."""
+def produce_span(
+    *, system: str, destination: str, partition: int, target: str, probe_id: str, seq: int
+) -> Iterator[ProduceSpan]:
+    """``send <destination>`` around one canary's produce, ended when the block ends
+    (at the broker's acknowledgement, or the failure)."""
     tracer = trace.get_tracer(_TRACER_NAME)
     with tracer.start_as_current_span(
-        "canary produce",
-        kind=trace.SpanKind.PRODUCER,
-        attributes={"sla.target": target, "sla.partition": partition, "sla.seq": seq},
-    ):
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier)
-        yield carrier.get("traceparent")
-
-
-def current_traceparent() -> str | None:
-    """The traceparent of the current span, for carriers beside the canary's own copy
-    (MQTT 5 user properties, which a bridge can map onto Kafka headers)."""
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier)
-    return carrier.get("traceparent")
-
-
-def record_arrival(
-    trace_context: str | None, stage: str, target: str, partition: int, outcome: str
-) -> None:
-    """A zero-length consumer span, child of the canary's produce span."""
-    if trace_context is None:
-        return
-    parent = _PROPAGATOR.extract({"traceparent": trace_context})
-    tracer = trace.get_tracer(_TRACER_NAME)
-    span = tracer.start_span(
-        "canary arrival",
-        context=parent,
-        kind=trace.SpanKind.CONSUMER,
+        f"send {destination}",
+        kind=SpanKind.PRODUCER,
         attributes={
-            "sla.stage": stage,
+            "messaging.system": system,
+            "messaging.destination.name": destination,
+            "messaging.destination.partition.id": str(partition),
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
             "sla.target": target,
+            "sla.probe_id": probe_id,
             "sla.partition": partition,
-            "sla.outcome": outcome,
+            "sla.seq": seq,
         },
-    )
-    span.end()
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield ProduceSpan(span)
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """Where a stage saw (or missed) a canary, for its span."""
+
+    stage: str
+    target: str
+    system: str  # messaging.system of what the stage reads: kafka, mqtt
+    destination: str  # the topic read
+    partition: int | None = None  # the partition read (a bridge's may differ from the canary's)
+    offset: int | None = None
+
+
+def record_fate(
+    trace_context: str | None,
+    hop: Hop,
+    *,
+    seq: int,
+    canary_partition: int,
+    outcome: str,
+    latency_s: float | None,
+    arrived_ns: int | None,
+) -> TraceIds | None:
+    """The span of a canary's fate at a stage, child of its produce span; its ids.
+
+    An arrival (delivered, late) is ``receive <topic>`` from the moment the record was
+    read to now (the verdict); a declared loss is a zero-length ``lost <topic>`` with
+    the event ``canary.lost``. None when the canary carries no valid context.
+    """
+    if ids_of(trace_context) is None:
+        return None
+    parent = _PROPAGATOR.extract({"traceparent": trace_context or ""})
+    attributes: dict[str, str | int | float] = {
+        "messaging.system": hop.system,
+        "messaging.destination.name": hop.destination,
+        "sla.stage": hop.stage,
+        "sla.target": hop.target,
+        "sla.outcome": outcome,
+        "sla.seq": seq,
+        "sla.partition": canary_partition,
+    }
+    if hop.partition is not None:
+        attributes["messaging.destination.partition.id"] = str(hop.partition)
+    if hop.offset is not None:
+        attributes["messaging.kafka.offset"] = hop.offset
+    if latency_s is not None:
+        attributes["sla.latency_s"] = latency_s
+    tracer = trace.get_tracer(_TRACER_NAME)
+    now_ns = time.time_ns()
+    if arrived_ns is not None:
+        attributes["messaging.operation.type"] = "receive"
+        attributes["messaging.operation.name"] = "receive"
+        span = tracer.start_span(
+            f"receive {hop.destination}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            start_time=min(arrived_ns, now_ns),
+        )
+    else:
+        span = tracer.start_span(
+            f"{outcome} {hop.destination}",
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=now_ns,
+        )
+        span.add_event(f"canary.{outcome}", {"sla.stage": hop.stage}, timestamp=now_ns)
+        span.set_status(Status(StatusCode.ERROR, f"canary {outcome} at stage {hop.stage}"))
+    span.end(end_time=now_ns)
+    context = span.get_span_context()
+    return TraceIds(trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id))
+
+
+__all__ = [
+    "DROP_REASONS",
+    "EXPORT_STATS",
+    "SERVICE_NAME",
+    "ExportStats",
+    "Hop",
+    "ProduceSpan",
+    "TraceIds",
+    "ids_of",
+    "install_tracer_provider",
+    "otlp_exporter",
+    "produce_span",
+    "record_fate",
+    "resource",
+    "shutdown",
+]

@@ -511,6 +511,37 @@ def test_dashboard_configmap_carries_the_dashboard_for_the_sidecar() -> None:
     assert json.loads(configmap["data"]["synthetic-sla-probe.json"]) == shipped
 
 
+def test_tracing_values_become_the_standard_otel_variables() -> None:
+    container = only(render(VALUE_SETS["all-features"]), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["OTEL_TRACES_EXPORTER"]["value"] == "otlp"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "http://otel-collector.observability:4317"
+    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"]["value"] == "grpc"
+    assert env["OTEL_TRACES_SAMPLER_ARG"]["value"] == "0.5"
+    # The collector's token never lands in the manifest: it is read from the Secret.
+    assert env["OTEL_EXPORTER_OTLP_HEADERS"]["valueFrom"]["secretKeyRef"] == {
+        "name": "otel-collector-token",
+        "key": "headers",
+    }
+    minimal = only(render(MINIMAL), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert not [e for e in minimal["env"] if e["name"].startswith("OTEL_")]
+
+
+def test_dashboard_latency_panels_show_exemplars() -> None:
+    """Exemplars carry each canary's trace id: a slow bucket links to its trace."""
+    dashboard = json.loads((CHART / "dashboards" / "synthetic-sla-probe.json").read_text())
+    targets = [
+        target
+        for panel in dashboard["panels"]
+        if panel.get("title") == "End-to-end latency percentiles"
+        for target in panel["targets"]
+    ]
+    assert targets
+    assert all(target["exemplar"] is True for target in targets)
+
+
 # -- the image ----------------------------------------------------------------------------
 
 

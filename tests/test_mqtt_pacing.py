@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 import pytest
 
@@ -32,12 +32,20 @@ class WindowedTransport:
 
     async def cover(self, partitions: Sequence[int]) -> None: ...
 
-    async def send(self, partition: int, payload: bytes) -> None:
+    messaging_system = "mqtt"
+
+    def destination(self, partition: int) -> str:
+        return f"shard/{partition}"
+
+    async def send(
+        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
+    ) -> int | None:
         self.sent_at.append(time.monotonic())
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         await asyncio.sleep(0.002)
         self.in_flight -= 1
+        return None
 
     async def arrivals(self) -> AsyncIterator[Arrival]:
         if False:

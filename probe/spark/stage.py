@@ -224,7 +224,7 @@ class SparkSinkStage:
 
     async def warm_up(
         self,
-        send: Callable[[int, bytes], Awaitable[None]],
+        send: Callable[[int, bytes], Awaitable[int | None]],
         partitions: Sequence[int],
         probe_id: str,
     ) -> None:

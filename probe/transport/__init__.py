@@ -21,14 +21,23 @@ from probe.config import ProbeConfig, StageName, TargetKind
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
-    """Raw bytes read back from one partition, with the wall-clock time (ns) they were read."""
+    """Raw bytes read back from one partition, with the wall-clock time (ns) they were read.
+
+    ``offset`` is the record's offset where the transport has one (Kafka);
+    ``traceparent`` the W3C context that travelled beside the record (a Kafka header,
+    an MQTT 5 user property), unverified: the canary's signed copy is the trusted one.
+    """
 
     partition: int
     payload: bytes
     at_ns: int
+    offset: int | None = None
+    traceparent: str | None = None
 
 
 class Transport(Protocol):
+    # OpenTelemetry's messaging.system of this transport: kafka, mqtt.
+    messaging_system: str
     # How many canaries the producer should send at once (each stamped when it goes
     # out), or None for a whole round at once: a transport that queues sends inside
     # its client would otherwise add that queue to every measured latency.
@@ -59,8 +68,16 @@ class Transport(Protocol):
         anything in a partition that was just created is new.
         """
 
-    async def send(self, partition: int, payload: bytes) -> None:
-        """Write one canary and wait for the broker's acknowledgement.
+    def destination(self, partition: int) -> str:
+        """The topic a canary to this partition is written to (messaging.destination.name)."""
+
+    async def send(
+        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
+    ) -> int | None:
+        """Write one canary and wait for the broker's acknowledgement; its offset when
+        the broker gives one. ``trace_headers`` (``traceparent``, ``tracestate``) travel
+        beside the record where the protocol has room: Kafka headers, MQTT 5 user
+        properties.
 
         Raises ProduceFailed(reason) if it is not acknowledged in time.
         """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -76,6 +76,7 @@ def connection_options(config: KafkaConfig) -> dict[str, Any]:
 class KafkaTransport:
     """Canaries to every partition of one topic, read back by a manual-assignment consumer."""
 
+    messaging_system = "kafka"
     # The producer batches a whole round into a request per broker: send it all at once.
     max_in_flight: int | None = None
     # Why the last fetch failed, until fetches work again: see read_problem().
@@ -254,20 +255,32 @@ class KafkaTransport:
             await consumer.position(self._tp(partition))
         self._assigned = wanted
 
-    async def send(self, partition: int, payload: bytes) -> None:
+    def destination(self, partition: int) -> str:
+        return self._topic
+
+    async def send(
+        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
+    ) -> int | None:
         tp = self._tp(partition)
         self._sent = True
         # Where the reader stands before the canary is written: its offset can only be
         # below that if the log started over (see _follow_restarted_logs).
         read_from = await self._position_now(tp)
+        headers = [(name, value.encode()) for name, value in (trace_headers or {}).items()]
         try:
             async with asyncio.timeout(self._config.send_timeout):
-                delivery = await self._producer.send(self._topic, payload, partition=partition)
-                written = await delivery
+                delivery = await self._producer.send(
+                    self._topic, payload, partition=partition, headers=headers or None
+                )
+                metadata = await delivery
         except (KafkaError, TimeoutError) as exc:
             raise ProduceFailed(produce_failure_reason(exc), str(exc)) from exc
-        if read_from is not None and written.offset < read_from:
+        offset = getattr(metadata, "offset", None)
+        if not isinstance(offset, int) or offset < 0:
+            return None
+        if read_from is not None and offset < read_from:
             self._behind.add(partition)
+        return offset
 
     async def _position_now(self, tp: TopicPartition) -> int | None:
         """The reader's position, or None if it has none at once (being reset): a send
@@ -306,7 +319,13 @@ class KafkaTransport:
                 for record in records:
                     # A record without a value is still a record on the canary topic:
                     # it is judged (as malformed), not skipped.
-                    yield Arrival(tp.partition, record.value or b"", at_ns)
+                    yield Arrival(
+                        tp.partition,
+                        record.value or b"",
+                        at_ns,
+                        record.offset,
+                        _traceparent(record.headers),
+                    )
 
     def read_problem(self) -> str | None:
         """Why records cannot be read right now (the last fetch failed), or None."""
@@ -343,3 +362,14 @@ class KafkaTransport:
 
     def _tp(self, partition: int) -> TopicPartition:
         return TopicPartition(self._topic, partition)
+
+
+def _traceparent(headers: Sequence[tuple[str, bytes | None]] | None) -> str | None:
+    """The record's traceparent header, if it has one that is text."""
+    for name, value in headers or ():
+        if name == "traceparent" and value is not None:
+            try:
+                return value.decode("ascii")
+            except UnicodeDecodeError:
+                return value.hex()  # still a mismatch, never a crash
+    return None

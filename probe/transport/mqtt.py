@@ -36,7 +36,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiomqtt
@@ -55,7 +55,6 @@ from tenacity import (
     wait_exponential,
 )
 
-from probe import tracing
 from probe.config import MqttConfig, MqttTlsConfig, parse_mqtt_url
 from probe.errors import ProduceFailed, ProduceFailure, TransportError
 from probe.transport import Arrival
@@ -108,6 +107,7 @@ class MqttTransport:
         self._arrivals: asyncio.Queue[Arrival] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 
+    messaging_system = "mqtt"
     # paho holds at most _INFLIGHT unacknowledged; more sent at once would wait in its
     # queue with their produce time already stamped (1,000 shards: ~0.6 s on average).
     max_in_flight: int | None = _INFLIGHT
@@ -159,7 +159,12 @@ class MqttTransport:
         if not self._subscribed.is_set():
             raise TransportError(f"subscriber: {self._subscriber_problem}")
 
-    async def send(self, partition: int, payload: bytes) -> None:
+    def destination(self, partition: int) -> str:
+        return self.topic(partition)
+
+    async def send(
+        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
+    ) -> int | None:
         client = self._publisher
         if client is None:
             raise ProduceFailed(ProduceFailure.BROKER_UNAVAILABLE, self._publisher_problem)
@@ -170,7 +175,7 @@ class MqttTransport:
                     payload,
                     qos=self._config.qos,
                     retain=False,
-                    properties=self._publish_properties(),
+                    properties=self._publish_properties(trace_headers or {}),
                     # asyncio.timeout above is the one deadline.
                     timeout=math.inf,
                 )
@@ -187,6 +192,7 @@ class MqttTransport:
             raise ProduceFailed(reason, str(exc)) from exc
         except MqttError as exc:
             raise ProduceFailed(ProduceFailure.OTHER, str(exc)) from exc
+        return None  # MQTT has no offsets
 
     async def arrivals(self) -> AsyncIterator[Arrival]:
         while True:
@@ -382,16 +388,20 @@ class MqttTransport:
             # Anything but bytes (paho always gives bytes) would be a client bug;
             # it is judged as an empty, malformed record rather than dropped.
             data = payload if isinstance(payload, bytes) else b""
-            self._arrivals.put_nowait(Arrival(shard_of(message.topic.value), data, at_ns))
+            self._arrivals.put_nowait(
+                Arrival(
+                    shard_of(message.topic.value),
+                    data,
+                    at_ns,
+                    traceparent=_user_property(message.properties, "traceparent"),
+                )
+            )
 
-    def _publish_properties(self) -> Properties | None:
-        if not self._v5:
-            return None
-        traceparent = tracing.current_traceparent()
-        if traceparent is None:
+    def _publish_properties(self, trace_headers: Mapping[str, str]) -> Properties | None:
+        if not self._v5 or not trace_headers:
             return None
         properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-        properties.UserProperty = [("traceparent", traceparent)]
+        properties.UserProperty = list(trace_headers.items())
         return properties
 
     @staticmethod
@@ -399,6 +409,13 @@ class MqttTransport:
         with contextlib.suppress(MqttError, TimeoutError, OSError):
             async with asyncio.timeout(1.0):
                 await client.__aexit__(None, None, None)
+
+
+def _user_property(properties: Properties | None, name: str) -> str | None:
+    for key, value in getattr(properties, "UserProperty", None) or ():
+        if key == name and isinstance(value, str):
+            return value
+    return None
 
 
 def _reason(exc: BaseException) -> str:

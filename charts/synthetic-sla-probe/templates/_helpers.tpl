@@ -160,6 +160,35 @@ watermark-skew alert is built from.
 - name: JAVA_TOOL_OPTIONS
   value: -Djava.io.tmpdir=/tmp -Xss4m
 {{- end }}
+{{- with .Values.tracing }}
+{{- if .enabled }}
+- name: OTEL_TRACES_EXPORTER
+  value: otlp
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ required "tracing.endpoint is required when tracing.enabled" .endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .protocol | quote }}
+{{- with .sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ . | quote }}
+{{- end }}
+{{- with .samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ . | quote }}
+{{- end }}
+{{- with .resourceAttributes }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ . | quote }}
+{{- end }}
+{{- if .headersSecret.name }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ .headersSecret.name | quote }}
+      key: {{ .headersSecret.key | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
