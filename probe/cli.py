@@ -499,12 +499,12 @@ def _keygen(
     click.echo(f"{done} {path}: active {ring.active_kid}, keys {', '.join(ring.kids)}", err=True)
 
 
-if __name__ == "__main__":  # `python -m probe.cli`; spark-submit takes probe/spark/submit.py
-    main()
-
-
 # `sla-probe gameday` lives in its own package; registered here so the one console
 # script has every subcommand.
 from probe.gameday.cli import gameday as _gameday  # noqa: E402
 
 main.add_command(_gameday)
+
+
+if __name__ == "__main__":  # `python -m probe.cli`; spark-submit takes probe/spark/submit.py
+    main()
