@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -79,8 +80,29 @@ def test_blackhole_holds_traffic_until_restored(echo_port: int) -> None:
 
 def test_the_proxy_listens_on_loopback_only(echo_port: int) -> None:
     with TcpProxy(echo_port) as proxy:
-        host = socket.gethostbyname(socket.gethostname())
-        if host.startswith("127."):
-            pytest.skip("this host's name resolves to loopback")
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection((host, proxy.port), timeout=1).close()
+        # The kernel's own list of listening sockets: the proxy's is on 127.0.0.1 only.
+        listening = {
+            (address, port) for address, port in _listening_sockets() if port == proxy.port
+        }
+        assert listening == {("127.0.0.1", proxy.port)}
+
+
+def _listening_sockets() -> set[tuple[str, int]]:
+    """(address, port) of every IPv4 and IPv6 TCP socket in LISTEN state."""
+    found: set[tuple[str, int]] = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != "0A":  # TCP_LISTEN
+                continue
+            address_hex, port_hex = fields[1].split(":")
+            raw = bytes.fromhex(address_hex)
+            # /proc prints each 32-bit word in host (little-endian) order.
+            words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            family = socket.AF_INET if width == 8 else socket.AF_INET6
+            found.add((socket.inet_ntop(family, words), int(port_hex, 16)))
+    return found
