@@ -30,10 +30,12 @@ Fates -- exactly one per canary per stage, never two
     :meth:`Judge.on_produce_failed` returns it at once. The failed canary does not enter
     the sequence state: the producer gives its seq to the next canary (seqs are
     contiguous among acknowledged canaries), so it leaves no gap and no pending entry.
-    If the failed canary shows up downstream anyway (e.g. a produce that timed out but
-    was written), it is judged by its seq like any arrival; the successor that carries
-    the same seq then counts as ``duplicate`` (or the other way round, whichever arrives
-    second).
+    The failed canary may show up downstream anyway (a produce that timed out but
+    that the client wrote after all): it then shares its seq with its successor, but
+    not its produce time. Its arrival is ``resurrected`` (it stays produce_failed) and
+    the successor gets its own fate. A stage that never hears of produce failures
+    (the Spark sink) cannot tell the two apart: there the second to arrive counts as
+    ``duplicate``.
 
 Anomalies -- reported beside the fates, never instead of a first fate
 ---------------------------------------------------------------------
@@ -46,7 +48,8 @@ Anomalies -- reported beside the fates, never instead of a first fate
     remembered window ``highest seq - memory``: such a canary must have been judged long
     ago, and the judge keeps no more than ``memory`` decided seqs per stream.
 ``resurrected``
-    The canary arrives after it was declared lost (see ``lost``).
+    The canary arrives after it was declared lost (see ``lost``), or after its produce
+    was declared failed (see ``produce_failed``). Its fate stays what it was.
 ``foreign``
     With ``own=OwnProbe(...)``, any canary whose probe id or incarnation differs. It
     changes no state. With ``own=None`` (the Spark sink judges every probe on the topic)
@@ -244,6 +247,9 @@ def arrival_outcome(latency_ns: int, freshness_ns: int) -> Outcome:
 _Ident = tuple[int, int]  # (incarnation, seq)
 
 _STATE_VERSION = 1
+# Given-up canaries remembered per stream (see StreamState.failed): more than the
+# rounds a send timeout can span at any sane interval, few enough for 10,000 streams.
+_FAILED_KEPT = 32
 
 
 @dataclass(slots=True)
@@ -269,6 +275,10 @@ class StreamState:
     high_arrived: int | None = None  # highest seq arrived in `incarnation`
     freshest_ns: int | None = None  # produced_ns of the freshest canary that got a fate
     jumped: int | None = None  # seq of the last `sequence_jump` of `incarnation`, if any
+    # Canaries declared produce_failed, as (incarnation, seq, produced_ns), oldest first:
+    # one may still arrive (see "produce_failed"), within the client's own timeout of
+    # giving up; kept until their loss deadline, and never more than _FAILED_KEPT.
+    failed: dict[tuple[int, int, int], None] = field(default_factory=dict)
     pending: dict[_Ident, int] = field(default_factory=dict)  # -> deadline_ns
     decided: dict[_Ident, bool] = field(default_factory=dict)  # -> True if declared lost
     # Min-heap over the keys of `decided`, so trimming to `memory` is O(log n) per event.
@@ -297,6 +307,10 @@ class StreamState:
         self._follow_incarnation(canary.incarnation)
         seq = canary.seq
         ident = (canary.incarnation, seq)
+        given_up = (canary.incarnation, seq, canary.produced_ns)
+        if given_up in self.failed:
+            del self.failed[given_up]
+            return [Anomaly(key, seq, AnomalyKind.RESURRECTED)]
         was_lost = self.decided.get(ident)
         if was_lost is not None:
             kind = AnomalyKind.RESURRECTED if was_lost else AnomalyKind.DUPLICATE
@@ -332,12 +346,22 @@ class StreamState:
         self._remember(ident, lost=False, policy=policy)
         return findings
 
+    def on_produce_failed(self, canary: Canary, policy: JudgePolicy) -> None:
+        """Remember a canary given up on, in case the client wrote it after all."""
+        self.failed[(canary.incarnation, canary.seq, canary.produced_ns)] = None
+        while len(self.failed) > _FAILED_KEPT:
+            del self.failed[next(iter(self.failed))]
+
     def expire(self, key: StreamKey, now_ns: int, policy: JudgePolicy) -> list[Fate]:
         """Declare lost every pending canary whose deadline is ``<= now_ns``.
 
         Scans all pending entries: this is the tick, not the per-event path.
         Findings come ordered by (incarnation, seq).
         """
+        # Given-up canaries past their loss deadline will not come any more; they were
+        # added in produce order, so the old ones are at the front.
+        while self.failed and next(iter(self.failed))[2] + policy.loss_timeout_ns <= now_ns:
+            del self.failed[next(iter(self.failed))]
         due = sorted(ident for ident, deadline in self.pending.items() if deadline <= now_ns)
         for ident in due:
             del self.pending[ident]
@@ -358,6 +382,7 @@ class StreamState:
             "high_arrived": self.high_arrived,
             "freshest_ns": self.freshest_ns,
             "jumped": self.jumped,
+            "failed": [list(entry) for entry in self.failed],
             "pending": [
                 [inc, seq, deadline] for (inc, seq), deadline in sorted(self.pending.items())
             ],
@@ -389,8 +414,12 @@ class StreamState:
             high_seq=_optional_int(data.get("high_seq"), "high_seq"),
             high_arrived=_optional_int(data.get("high_arrived"), "high_arrived"),
             freshest_ns=_optional_int(data.get("freshest_ns"), "freshest_ns"),
-            # Absent from states written before jumps were tracked.
+            # Absent from states written before jumps and failures were kept.
             jumped=_optional_int(data.get("jumped"), "jumped"),
+            failed={
+                (_int(row[0], "failed"), _int(row[1], "failed"), _int(row[2], "failed")): None
+                for row in _rows(data.get("failed", []), "failed")
+            },
             pending=pending,
             decided=decided,
             _decided_order=order,
@@ -506,11 +535,12 @@ class Judge:
         return self._state(key, now_ns).on_arrived(key, canary, now_ns, self._policy)
 
     def on_produce_failed(self, canary: Canary, now_ns: int) -> list[Finding]:
-        """The fate is immediate and no state changes: the seq goes to the next canary."""
-        del now_ns  # part of the uniform event signature; the fate needs no time
+        """The fate is immediate; the seq goes to the next canary, and the canary is
+        remembered only to tell it from that successor should it arrive after all."""
         key = StreamKey.of(canary)
         if self._is_foreign(canary):
             return [Anomaly(key, canary.seq, AnomalyKind.FOREIGN)]
+        self._state(key, now_ns).on_produce_failed(canary, self._policy)
         return [Fate(key, canary.seq, Outcome.PRODUCE_FAILED, None)]
 
     def expire(self, now_ns: int) -> list[Finding]:

@@ -203,14 +203,14 @@ SCENARIOS = [
         [("delivered", 0, 10), ("produce_failed", 1)],
     ),
     case(
-        "failed-canary-showing-up-makes-its-successor-a-duplicate",
+        "failed-canary-showing-up-is-resurrected-its-successor-delivered",
         [
             Ev("fail", 0, 5, produced=0),
             Ev("ack", 0, 101, produced=100),
             Ev("arrive", 0, 130, produced=100),
             Ev("arrive", 0, 140, produced=0),
         ],
-        [("produce_failed", 0), ("delivered", 0, 30), ("duplicate", 0)],
+        [("produce_failed", 0), ("delivered", 0, 30), ("resurrected", 0)],
     ),
     case(
         "foreign-probe-id",
@@ -328,11 +328,20 @@ def test_scenario_survives_export_import_at_every_point(
         assert found == expected, f"split at {split}"
 
 
-def test_produce_failed_keeps_no_state() -> None:
+def test_produce_failed_arms_no_deadline_and_is_forgotten_past_its_loss_deadline() -> None:
     judge = Judge(POLICY, own=OWN)
-    assert run(judge, [Ev("fail", 0, 1)]) == [("produce_failed", 0)]
-    assert judge.streams() == []
+    found = run(judge, [Ev("fail", 0, 1, produced=1), Ev("fail", 0, 150, produced=150)])
+    assert found == [("produce_failed", 0), ("produce_failed", 0)]
     assert judge.pending_count() == 0
+    assert run(judge, [tick(201)]) == []  # loss timeout 200: the first one is forgotten
+    state = judge.export_state(KEY0)
+    assert state is not None
+    assert state["failed"] == [[INC, 0, 150]]
+    for n in range(100):  # a long outage: only the newest are kept
+        run(judge, [Ev("fail", 0, 300 + n, produced=300 + n)])
+    state = judge.export_state(KEY0)
+    assert state is not None
+    assert len(state["failed"]) == 32  # type: ignore[arg-type]
 
 
 def test_foreign_changes_no_state() -> None:
@@ -669,3 +678,27 @@ def test_a_remembered_jump_survives_the_state_hand_over() -> None:
     assert run(resumed, [Ev("arrive", 101, 10_110)]) == [("delivered", 101, 10)]
     legacy = {k: v for k, v in exported.items() if k != "jumped"}
     assert StreamState.from_dict(legacy).jumped is None
+
+
+@pytest.mark.parametrize("zombie_first", [True, False])
+def test_a_canary_given_up_on_but_written_later_is_resurrected_not_a_duplicate(
+    zombie_first: bool,
+) -> None:
+    """A send that timed out may still reach the broker (the client wrote it after
+    all): its seq went to the next canary. The two carry one seq but are two
+    canaries; the one given up on stays produce_failed, its arrival is `resurrected`,
+    and the successor gets its own fate."""
+    judge = Judge(POLICY, own=OWN)
+    given_up = Ev("fail", 1, 150, produced=110)
+    successor = Ev("ack", 1, 205, produced=200)
+    arrivals = [Ev("arrive", 1, 230, produced=110), Ev("arrive", 1, 231, produced=200)]
+    if not zombie_first:
+        arrivals.reverse()
+    found = run(judge, [Ev("ack", 0, 5), Ev("arrive", 0, 10), given_up, successor, *arrivals])
+    expected_arrivals = [("resurrected", 1), ("delivered", 1, 31)]
+    if not zombie_first:
+        expected_arrivals.reverse()
+    assert found == [("delivered", 0, 10), ("produce_failed", 1), *expected_arrivals]
+    assert run(judge, [tick(FAR)]) == []
+    # The same record read twice is still a duplicate.
+    assert run(judge, [Ev("arrive", 1, 240, produced=200)]) == [("duplicate", 1)]
