@@ -105,11 +105,9 @@ class KafkaTransport:
         )
         self._options = options
         self._assigned: set[int] = set()
-        # How a log that started over is told (see _follow_restarted_logs): partitions
-        # where a canary was acknowledged below the reader's position, whether this
-        # probe (re)created the topic, and, for a reader that never writes, each
-        # partition's log end offset at the last cover().
-        self._behind: set[int] = set()
+        # How a log that started over is told (see _follow_restarted_logs): whether the
+        # topic vanished or this probe (re)created it since the last cover(), and, for
+        # a reader that never writes, each partition's log end offset at the last one.
         self._restarted = False
         self._sent = False
         self._log_ends: dict[int, int] = {}
@@ -134,6 +132,10 @@ class KafkaTransport:
                 f"metadata refresh failed: no broker of {self._config.bootstrap_servers} answered"
             )
         found = client.cluster.partitions_for_topic(self._topic)
+        if not found and self._assigned:
+            # The topic is gone (deleted, or a broker that lost its storage): whatever
+            # has this name next is a new log.
+            self._restarted = True
         return sorted(found) if found else []
 
     async def provision(self) -> None:
@@ -202,17 +204,19 @@ class KafkaTransport:
         brokers that do not (the embedded one) would leave the reader waiting at its
         old position until the new log reached it, every canary meanwhile lost.
 
-        The signs, most exact first: this probe created the topic; a canary it wrote
-        was acknowledged at an offset below the reader's position at the time it was
-        sent (a live log never ends before a position read from it); and, for a
-        reader that never writes (the bridge stage), a log end offset lower than the
-        last one seen. The last is exact on Apache Kafka; the embedded broker reports
-        end offsets that can go back while its log grows when batches hold several
-        records, which is why a reader that writes relies on its acknowledgements.
+        The signs: the topic vanished from the metadata, or this probe created it,
+        since the last cover (both exact); and, for a reader that never writes (the
+        bridge stage, whose topic someone else re-creates), a log end offset lower
+        than the last one seen. That last sign is exact on Apache Kafka, but offsets
+        are not to be compared with positions on every broker: the embedded one
+        numbers record batches, not records, in its end offsets and acknowledgements,
+        so a batch of several records makes them run behind the positions a reader
+        reaches (and its end offsets can even go back). A reader that writes relies on
+        the exact signs only.
         """
         tps = [self._tp(p) for p in sorted(partitions)]
         if self._sent:
-            restarted = [tp for tp in tps if self._restarted or tp.partition in self._behind]
+            restarted = tps if self._restarted else []
         else:
             ends = await self._consumer.end_offsets(tps)
             restarted = [
@@ -221,7 +225,6 @@ class KafkaTransport:
                 if self._restarted or ends[tp] < self._log_ends.get(tp.partition, ends[tp])
             ]
             self._log_ends = {tp.partition: ends[tp] for tp in tps}
-        self._behind.clear()
         self._restarted = False
         if restarted:
             log.info(
@@ -261,11 +264,7 @@ class KafkaTransport:
     async def send(
         self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
     ) -> int | None:
-        tp = self._tp(partition)
         self._sent = True
-        # Where the reader stands before the canary is written: its offset can only be
-        # below that if the log started over (see _follow_restarted_logs).
-        read_from = await self._position_now(tp)
         headers = [(name, value.encode()) for name, value in (trace_headers or {}).items()]
         try:
             async with asyncio.timeout(self._config.send_timeout):
@@ -276,21 +275,7 @@ class KafkaTransport:
         except (KafkaError, TimeoutError) as exc:
             raise ProduceFailed(produce_failure_reason(exc), str(exc)) from exc
         offset = getattr(metadata, "offset", None)
-        if not isinstance(offset, int) or offset < 0:
-            return None
-        if read_from is not None and offset < read_from:
-            self._behind.add(partition)
-        return offset
-
-    async def _position_now(self, tp: TopicPartition) -> int | None:
-        """The reader's position, or None if it has none at once (being reset): a send
-        must not wait on the reader."""
-        if tp.partition not in self._assigned:
-            return None
-        try:
-            return int(await asyncio.wait_for(self._consumer.position(tp), 0.01))
-        except (TimeoutError, KafkaError):
-            return None
+        return offset if isinstance(offset, int) and offset >= 0 else None
 
     async def arrivals(self) -> AsyncIterator[Arrival]:
         await self._covered.wait()
