@@ -383,6 +383,8 @@ def sink(config_file: Path | None, **flags: Any) -> None:
             "elsewhere, so give it the same key file (--signing-key-file)",
         )
         config_module.require_for_service(config, sink_only=True)
+        # The sink's commit spans join the traces of the probe producing elsewhere.
+        _install_tracing(config)
     except ConfigError as error:
         _fail_config(error)
         return
@@ -395,6 +397,8 @@ def sink(config_file: Path | None, **flags: Any) -> None:
         # Found only when the metrics server starts: the metrics port or host.
         _fail_config(error)
         return
+    finally:
+        tracing.shutdown()
     if problem is not None:
         click.echo(f"sla-probe: sink stage ended: {problem}", err=True)
         sys.exit(1)

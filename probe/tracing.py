@@ -4,10 +4,12 @@ What a trace of one canary holds (all in the trace whose id the canary carries):
 
     send <topic>        PRODUCER  the produce, from the send to the broker's ack
     ├─ receive <topic>  CONSUMER  arrival at the consumer stage (and the bridge, mqtt)
+    ├─ commit <topic>   CONSUMER  the Spark sink: from the judging of its batch to the
+    │                             commit of the batch's tables (the sink commit time)
     └─ lost <topic>     INTERNAL  zero-length, when a stage declares the canary lost
 
-The Spark sink keeps each canary's context in its table (``trace_context``) but
-records no commit span yet.
+The Spark sink emits its spans on the driver, where the batch is committed, from the
+context each canary carries into its table (``trace_context``).
 
 Context travels where the ecosystem looks for it: the W3C ``traceparent`` (and
 ``tracestate``) as Kafka record headers and MQTT 5 user properties. The canary also
@@ -339,6 +341,10 @@ class Hop:
     destination: str  # the topic read
     partition: int | None = None  # the partition read (a bridge's may differ from the canary's)
     offset: int | None = None
+    # What the stage does with an arrival, as messaging.operation.name (also the span's
+    # name) and .type: a consumer's read is receive; the sink's commit processes it.
+    operation: str = "receive"
+    operation_type: str = "receive"
 
 
 def record_fate(
@@ -350,12 +356,14 @@ def record_fate(
     outcome: str,
     latency_s: float | None,
     arrived_ns: int | None,
+    ended_ns: int | None = None,
 ) -> TraceIds | None:
     """The span of a canary's fate at a stage, child of its produce span; its ids.
 
-    An arrival (delivered, late) is ``receive <topic>`` from the moment the record was
-    read to now (the verdict); a declared loss is a zero-length ``lost <topic>`` with
-    the event ``canary.lost``. None when the canary carries no valid context.
+    An arrival (delivered, late) is ``receive <topic>`` (the hop's operation) from the
+    moment the record was read to ``ended_ns``, by default now (the verdict); a
+    declared loss is a zero-length ``lost <topic>`` at ``ended_ns`` with the event
+    ``canary.lost``. None when the canary carries no valid context.
     """
     if ids_of(trace_context) is None:
         return None
@@ -376,12 +384,12 @@ def record_fate(
     if latency_s is not None:
         attributes["sla.latency_s"] = latency_s
     tracer = trace.get_tracer(_TRACER_NAME)
-    now_ns = time.time_ns()
+    now_ns = time.time_ns() if ended_ns is None else ended_ns
     if arrived_ns is not None:
-        attributes["messaging.operation.type"] = "receive"
-        attributes["messaging.operation.name"] = "receive"
+        attributes["messaging.operation.type"] = hop.operation_type
+        attributes["messaging.operation.name"] = hop.operation
         span = tracer.start_span(
-            f"receive {hop.destination}",
+            f"{hop.operation} {hop.destination}",
             context=parent,
             kind=SpanKind.CONSUMER,
             attributes=attributes,

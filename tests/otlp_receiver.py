@@ -1,17 +1,24 @@
-"""A small OTLP/HTTP trace receiver for the tests, decoding with the official
-``opentelemetry-proto`` bindings (not the SDK's own in-memory exporter), so what it
-sees is exactly what a collector would receive on the wire."""
+"""A small OTLP trace receiver for the tests, over HTTP or gRPC, decoding with the
+official ``opentelemetry-proto`` bindings and service definitions (not the SDK's own
+in-memory exporter), so what it sees is exactly what a collector would receive on the
+wire."""
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 
+import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
+    TraceServiceServicer,
+    add_TraceServiceServicer_to_server,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -37,11 +44,19 @@ def _value(value: AnyValue) -> object:
 
 
 class OtlpReceiver:
-    """``with OtlpReceiver() as receiver``: listens on ``receiver.endpoint``."""
+    """``with OtlpReceiver() as receiver``: listens on ``receiver.endpoint``, speaking
+    ``protocol`` as ``OTEL_EXPORTER_OTLP_PROTOCOL`` names it."""
 
-    def __init__(self) -> None:
+    def __init__(self, protocol: str = "http/protobuf") -> None:
         self._spans: list[ReceivedSpan] = []
         self._lock = threading.Lock()
+        self._grpc: grpc.Server | None = None
+        if protocol == "grpc":
+            self._grpc = grpc.server(ThreadPoolExecutor(max_workers=2))
+            add_TraceServiceServicer_to_server(_TraceService(self), self._grpc)
+            self._grpc_port = self._grpc.add_insecure_port("127.0.0.1:0")
+            return
+        assert protocol == "http/protobuf", protocol
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -68,6 +83,8 @@ class OtlpReceiver:
 
     @property
     def endpoint(self) -> str:
+        if self._grpc is not None:
+            return f"http://127.0.0.1:{self._grpc_port}"
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def _add(self, request: ExportTraceServiceRequest) -> None:
@@ -90,7 +107,10 @@ class OtlpReceiver:
         return by_trace
 
     def __enter__(self) -> OtlpReceiver:
-        self._thread.start()
+        if self._grpc is not None:
+            self._grpc.start()
+        else:
+            self._thread.start()
         return self
 
     def __exit__(
@@ -99,8 +119,24 @@ class OtlpReceiver:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
+        if self._grpc is not None:
+            self._grpc.stop(grace=None)
+            return
         self._server.shutdown()
         self._server.server_close()
+
+
+class _TraceService(TraceServiceServicer):
+    """The collector's gRPC trace service, as opentelemetry-proto defines it."""
+
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self._receiver = receiver
+
+    def Export(  # named by the service definition
+        self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
+    ) -> ExportTraceServiceResponse:
+        self._receiver._add(request)
+        return ExportTraceServiceResponse()
 
 
 def _received(span: Span, resource: dict[str, object]) -> ReceivedSpan:

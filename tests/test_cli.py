@@ -152,6 +152,17 @@ def test_sink_on_a_busy_metrics_port_exits_two(
     assert_config_error(result, "metrics.port")
 
 
+def test_sink_exports_traces_by_the_otel_environment(key_file: Path, tmp_path: Path) -> None:
+    # The sink installs the tracer provider (its commit spans join the producer's
+    # traces): an export setting it cannot use is refused before Spark starts.
+    result = sla_probe(
+        "sink", *NO_BROKER,
+        "--sink-path", str(tmp_path / "sink"), "--signing-key-file", str(key_file),
+        env={"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+    )  # fmt: skip
+    assert_config_error(result, "OTEL_EXPORTER_OTLP_PROTOCOL")
+
+
 # --- Help and hints that say what applies -----------------------------------------------
 
 

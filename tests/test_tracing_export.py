@@ -104,6 +104,29 @@ def test_one_canary_is_one_trace_at_the_receiver_and_exemplars_point_at_it(
         probe.stop()
 
 
+def test_grpc_export_reaches_a_grpc_collector(
+    broker: EmbeddedBroker,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc: the same trace, over the collector's gRPC
+    trace service."""
+    with OtlpReceiver("grpc") as receiver:
+        probe = start_probe(
+            *run_args(broker.bootstrap_servers, topic, key_file),
+            env=_otel_env(receiver.endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc"),
+        )
+        traces = wait_for(
+            lambda: _delivered_traces(receiver), timeout=30, what="produce and arrival spans"
+        )
+        send, receive = next(iter(traces.values()))
+        assert (send.name, receive.name) == (f"send {topic}", f"receive {topic}")
+        assert receive.attributes["sla.stage"] == "consumer"
+        assert send.resource["service.name"] == "synthetic-sla-probe"
+        probe.stop()
+
+
 def test_a_dead_collector_drops_spans_not_canaries(
     broker: EmbeddedBroker,
     topic: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import StringType, StructField, StructType
 
 from probe.canary import Canary
-from probe.judge import Judge, JudgePolicy, StreamKey
+from probe.judge import Fate, Finding, Judge, JudgePolicy, StreamKey
 from probe.spark.rows import JUDGED, finding_row, judged_row, rejected_out
 
 
@@ -81,7 +82,7 @@ class JudgeProcessor(StatefulProcessor):
             )
             out.append(judged_row("canary", canary, None, now_ns, row))
             out.extend(
-                finding_row(f, canary.incarnation, now_ns, row, canary.produced_ns)
+                finding_row(_traced(f, canary), canary.incarnation, now_ns, row, canary.produced_ns)
                 for f in judge.on_arrived(canary, now_ns)
             )
         out.extend(finding_row(f, None, now_ns, None, None) for f in judge.expire(now_ns))
@@ -100,3 +101,15 @@ class JudgeProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def _traced(finding: Finding, canary: Canary) -> Finding:
+    """The arrived canary's own fate with its trace context (the sink's span and
+    exemplar use it); any other finding of the arrival (a fate implied for another
+    sequence number, an anomaly) as it is: its context is not this canary's."""
+    if isinstance(finding, Fate) and (finding.key, finding.seq) == (
+        StreamKey.of(canary),
+        canary.seq,
+    ):
+        return dataclasses.replace(finding, trace_context=canary.trace_context)
+    return finding

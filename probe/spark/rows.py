@@ -231,7 +231,7 @@ def finding_row(
         "judged_ns": now_ns,
         "kafka_partition": None if row is None else row.kafka_partition,
         "kafka_offset": None if row is None else row.kafka_offset,
-        "trace_context": None,
+        "trace_context": finding.trace_context if isinstance(finding, Fate) else None,
         "value": None,
     }
 
@@ -271,4 +271,5 @@ def finding_of(row: Any, target: str) -> Finding | None:
         return Anomaly(key, int(row.seq), AnomalyKind(row.outcome))
     outcome = Outcome(row.outcome)
     latency = None if pd.isna(row.latency_ns) else int(row.latency_ns)
-    return Fate(key, int(row.seq), outcome, latency)
+    trace_context = None if pd.isna(row.trace_context) else str(row.trace_context)
+    return Fate(key, int(row.seq), outcome, latency, trace_context)

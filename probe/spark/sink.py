@@ -16,6 +16,8 @@ The query, and the module each step lives in::
         rejected ▶ <path>/quarantine (with reason and claimed probe id)
         verdicts ▶ <path>/verdicts   (one fate per canary, and the anomalies)
         findings ▶ recorders         (rows.finding_of: metrics, the `once` report)
+        fates    ▶ spans             (tracing.record_fate: `commit <topic>`, child of
+                                      the canary's produce span, ending at the commit)
 
 The judge is the same pure :class:`probe.judge.Judge` the consumer stage uses, fed the
 batch's processing time, so a batch replayed after a failure is judged identically.
@@ -35,12 +37,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from probe import tracing
 from probe.config import StageName
 from probe.errors import RejectReason
 from probe.judge import Fate, Finding, StreamKey
@@ -217,7 +221,7 @@ class SinkJob:
             commit_ns = self._clock_ns()
             rows = at_commit(rows, commit_ns, int(self.settings.freshness_s * 1e9))
             write_batch(self.settings.path, rows, batch_id, commit_ns)
-            self._count(rows)
+            self._count(rows, commit_ns)
         with self._committed:
             self.batches_committed += 1
             self._committed.notify_all()
@@ -242,7 +246,7 @@ class SinkJob:
         with self._committed:
             return self._committed.wait_for(lambda: self.batches_committed >= count, timeout)
 
-    def _count(self, rows: pd.DataFrame) -> None:
+    def _count(self, rows: pd.DataFrame, commit_ns: int) -> None:
         target = self.settings.target
         findings: list[Finding] = []
         for row in rows.itertuples(index=False):
@@ -253,9 +257,41 @@ class SinkJob:
             finding = finding_of(row, target)
             if finding is None:
                 continue
-            if isinstance(finding, Fate) and finding.latency_ns is not None:
-                self.freshness.committed(finding.key, int(row.produced_ns))
+            if isinstance(finding, Fate):
+                self._fate_span(finding, row, commit_ns)
+                if finding.latency_ns is not None:
+                    self.freshness.committed(finding.key, int(row.produced_ns))
             findings.append(finding)
         if findings:
             for recorder in self._recorders:
                 recorder.count(target, StageName.SINK, findings)
+
+    def _fate_span(self, fate: Fate, row: Any, commit_ns: int) -> None:
+        """The span of a canary's fate at the sink, ended at the batch's commit time
+        (the ``sink_commit_ns`` of its table row, which its latency is measured to).
+
+        An arrival's span starts when the judge took the batch (all the sink knows of
+        when it read the record). A loss the sink declares has no context to hang a
+        span on, as the canary never reached it and the sink hears of no acks: it has
+        no span here (the consumer stage's trace shows the loss).
+        """
+        arrived = not pd.isna(row.kafka_offset)
+        tracing.record_fate(
+            fate.trace_context,
+            tracing.Hop(
+                stage=StageName.SINK,
+                target=self.settings.target,
+                system="kafka",
+                destination=self.settings.topic,
+                partition=int(row.kafka_partition) if arrived else None,
+                offset=int(row.kafka_offset) if arrived else None,
+                operation="commit",
+                operation_type="process",
+            ),
+            seq=fate.seq,
+            canary_partition=fate.key.partition,
+            outcome=fate.outcome.value,
+            latency_s=None if fate.latency_ns is None else fate.latency_ns / 1e9,
+            arrived_ns=int(row.judged_ns) if fate.latency_ns is not None else None,
+            ended_ns=commit_ns,
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -14,9 +15,13 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 from confluent_kafka import Producer
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from prometheus_client import CollectorRegistry, generate_latest
 from pyspark.sql import Row, SparkSession
 
+from probe import tracing
 from probe.canary import Canary, encode
 from probe.config import StageName, load
 from probe.embedded import EmbeddedBroker
@@ -28,6 +33,7 @@ from probe.spark.rows import at_commit, finding_of, finding_row
 from probe.spark.sink import SinkJob, SinkSettings
 from probe.target import TargetProbe
 from tests.conftest import parse_samples, sample, until
+from tests.otlp_receiver import OtlpReceiver
 
 FIRST_BATCH_TIMEOUT = 180
 
@@ -116,6 +122,56 @@ async def test_canaries_land_in_the_table_judged_delivered(
         assert all(r.sink_commit_ns >= r.produced_ns for r in table)
         # Produce to sink commit: at least one trigger's worth of waiting, never zero.
         assert min(p.tally.stages[StageName.SINK].latencies_ms) > 0
+
+
+async def test_one_canarys_produce_arrival_and_sink_commit_spans_are_one_trace(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As `sla-probe run --stages consumer,sink` runs them: one process, one provider."""
+    with OtlpReceiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        # The process's provider may come from an earlier test, installed without an
+        # exporter (it can be installed once): the exporter joins it, and leaves after.
+        tracing.install_tracer_provider()
+        provider = trace.get_tracer_provider()
+        assert isinstance(provider, TracerProvider)
+        exporting = BatchSpanProcessor(tracing.otlp_exporter(os.environ), schedule_delay_millis=100)
+        provider.add_span_processor(exporting)
+        try:
+            async with pipeline(spark, broker, topic, tmp_path / "sink") as p:
+                await p.probe.produce_round()
+                await until(lambda: p.sink_fates() >= 3, within=120, what="three sink verdicts")
+                table = spark.read.parquet(p.settings.table("canaries")).collect()
+            exporting.force_flush(10_000)
+        finally:
+            exporting.shutdown()
+        traces = receiver.traces()
+    assert len(table) == 3
+    for row in table:
+        ids = tracing.ids_of(row.trace_context)
+        assert ids is not None
+        spans = {
+            (span.name, span.attributes.get("sla.stage")): span for span in traces[ids.trace_id]
+        }
+        produce = spans[(f"send {topic}", None)]
+        arrival = spans[(f"receive {topic}", "consumer")]
+        commit = spans[(f"commit {topic}", "sink")]
+        assert produce.span_id == ids.span_id
+        assert arrival.parent_span_id == commit.parent_span_id == produce.span_id
+        assert commit.attributes["sla.outcome"] == "delivered"
+        assert commit.attributes["messaging.destination.partition.id"] == str(row.partition)
+        assert commit.attributes["messaging.kafka.offset"] == row.kafka_offset
+        # Ended at the commit the table records, which its latency is measured to.
+        assert commit.end_ns == row.sink_commit_ns
+        assert commit.attributes["sla.latency_s"] == pytest.approx(
+            (row.sink_commit_ns - row.produced_ns) / 1e9
+        )
+        assert produce.end_ns <= commit.start_ns <= commit.end_ns
 
 
 async def test_hostile_records_go_to_quarantine_never_to_the_table(
@@ -267,11 +323,15 @@ def test_delivered_or_late_is_decided_at_commit() -> None:
     ]
 
 
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
 def test_judged_rows_stand_for_the_findings_they_were_built_from() -> None:
+    """A fate keeps its canary's trace context across the rows (the sink's span)."""
     key = StreamKey("probe-a", "kafka", 2)
     arrival = SimpleNamespace(kafka_partition=2, kafka_offset=41)
     findings = [
-        Fate(key, 7, Outcome.DELIVERED, 3 * 10**9),
+        Fate(key, 7, Outcome.DELIVERED, 3 * 10**9, trace_context=TRACEPARENT),
         Fate(key, 8, Outcome.LOST, None),
         Anomaly(key, 7, AnomalyKind.DUPLICATE),
     ]
