@@ -6,6 +6,10 @@ target with backoff, then produces on every wall-clock tick while the stages jud
 arrivals. Targets are independent: one broker being down never stops the others.
 /readyz is 200 only while every target is ready, and lists each one's state.
 SIGTERM and SIGINT stop it cleanly within a few seconds.
+
+SIGUSR1 holds the Spark sink stage's batches before they write, as a sink blocked on
+its storage would be, and SIGUSR2 resumes them: a drill of the stall alerts (the
+`sink-stall` game day). Without the sink stage both are logged and ignored.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from typing import TYPE_CHECKING
 
 from probe.config import ProbeConfig, StageName, TargetKind
 from probe.endpoints import MetricsServer, build_app
@@ -23,6 +28,9 @@ from probe.keys import KeyRing
 from probe.metrics import service_metrics
 from probe.signals import stop_on_signals
 from probe.target import TargetProbe
+
+if TYPE_CHECKING:
+    from probe.spark.stage import SparkSinkStage
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,8 @@ async def serve(
         # The sink ships the ring to its executors when its query starts: it picks up a
         # reloaded ring only when it restarts.
         sink = SparkSinkStage(config, keyring.ring, [metrics], metrics=metrics, registry=registry)
+
+    _drill_signals(sink)
 
     def readiness() -> tuple[bool, str]:
         if sink is not None and (problem := sink.problem()) is not None:
@@ -107,3 +117,27 @@ async def serve(
     if sink is not None:
         await sink.stop()
     await server.stop()
+
+
+def _drill_signals(sink: SparkSinkStage | None) -> None:
+    """SIGUSR1 holds the sink's batches, SIGUSR2 resumes them (an operator's drill).
+
+    Installed with or without a sink: a signal's default action would end the probe.
+    """
+
+    def hold() -> None:
+        if sink is None:
+            log.warning("SIGUSR1 ignored: no sink stage to hold")
+        else:
+            sink.hold()
+
+    def resume() -> None:
+        if sink is None:
+            log.warning("SIGUSR2 ignored: no sink stage to resume")
+        else:
+            sink.resume()
+
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGUSR1, hold)
+        loop.add_signal_handler(signal.SIGUSR2, resume)

@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from probe.config import StageName
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.errors import ProbeError
 from probe.gameday.faults import build_fault
@@ -119,8 +120,14 @@ class ProbeProcess:
             process.kill()
             process.wait(5)
 
-    def canaries(self, outcome: str) -> float:
-        """Canaries of `outcome` counted so far by every stage (0 if unreachable)."""
+    def send_signal(self, signal_number: int) -> None:
+        if self._process is None or self._process.poll() is not None:
+            raise LocalEnvironmentError("the probe is not running")
+        self._process.send_signal(signal_number)
+
+    def canaries(self, outcome: str, stage: str | None = None) -> float:
+        """Canaries of `outcome` counted so far by `stage`, or by every stage (0 if
+        unreachable)."""
         try:
             url = f"http://127.0.0.1:{self.metrics_port}/metrics"
             with urllib.request.urlopen(url, timeout=2) as reply:
@@ -133,6 +140,7 @@ class ProbeProcess:
             for sample in family.samples
             if sample.name == "synthetic_sla_canaries_total"
             and sample.labels.get("outcome") == outcome
+            and stage in (None, sample.labels.get("stage"))
         )
 
     def _exited(self) -> bool:
@@ -209,12 +217,19 @@ class LocalEnvironment:
             "topic": self.topic,
         }
         tree["metrics"] = {**tree.get("metrics", {}), "port": self.probe.metrics_port}
+        if StageName.SINK in self.config.stages:
+            # Tables, checkpoint and Spark's own log (spark.log) beside the run's logs.
+            tree["sink"] = {"path": str(self.workdir / "sink"), **tree.get("sink", {})}
         self.probe.config_file.write_text(yaml.safe_dump(tree))
         self.probe.start()
         partitions = self.targets.partitions
+        # With the sink stage, the probe produces once Spark is up and warmed (its
+        # first batch and Python workers: minutes on a busy 2-core machine), and the
+        # sink's first canaries are counted too before the first scrape.
+        sink = StageName.SINK in self.config.stages
         _wait(
-            lambda: self.probe.canaries("delivered") >= 2 * partitions,
-            60,
+            lambda: self.probe.canaries("delivered", "sink" if sink else None) >= 2 * partitions,
+            300 if sink else 60,
             "canaries delivered before Prometheus starts",
         )
         self.prometheus.start()

@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from probe.config import Duration, ProbeConfig
+from probe.config import Duration, ProbeConfig, StageName
 from probe.config import _read_yaml as read_yaml_file
 from probe.errors import ConfigError
 
@@ -180,6 +180,13 @@ class ProbeRestart(_Section):
     kind: Literal["probe-restart"]
 
 
+class SinkStall(_Section):
+    """Hold the Spark sink stage's batches (SIGUSR1 to the probe), resume at heal
+    (SIGUSR2). The probe must run the sink stage (``stages: [consumer, sink]``)."""
+
+    kind: Literal["sink-stall"]
+
+
 class ShellHooks(_Section):
     """Staging: the fault is whatever `staging.inject` and `staging.heal` do."""
 
@@ -195,6 +202,7 @@ Fault = Annotated[
     | HostileRecords
     | ReplayedCanaries
     | ProbeRestart
+    | SinkStall
     | ShellHooks,
     Field(discriminator="kind"),
 ]
@@ -363,7 +371,9 @@ def load_scenario(path: Path) -> Scenario:
         raise _first_error(exc) from None
     # The probe section is the probe's own configuration: validate it with the probe's
     # model now, so a bad interval is a bad scenario (exit 2), not a failed run.
-    scenario.probe_config()
+    config = scenario.probe_config()
+    if scenario.fault.kind == "sink-stall" and StageName.SINK not in config.stages:
+        raise ConfigError("probe.stages", "fault kind sink-stall needs the sink stage")
     if scenario.mode == "local" and scenario.prometheus.rules_file is not None:
         rules = scenario.prometheus.rules_file
         if not rules.is_absolute():

@@ -261,6 +261,21 @@ class SparkSinkStage:
         for key in keys:
             self.freshness.forget(key)
 
+    def hold(self) -> None:
+        """Hold batches before they write until :meth:`resume` (a drill: a sink blocked
+        on its storage). Ignored before the query started: its first batch positions
+        the source, and holding it would only fail the start."""
+        if self.job is None:
+            log.warning("sink stage not started yet: hold ignored")
+            return
+        self.job.hold()
+        log.warning("sink stage held: batches wait before writing until resumed")
+
+    def resume(self) -> None:
+        if self.job is not None:
+            self.job.resume()
+            log.warning("sink stage resumed")
+
     def problem(self) -> str | None:
         """Why the started query can no longer judge anything, or None while it runs:
         it failed, it was stopped, or Spark's JVM is gone (under spark-submit the JVM

@@ -3,6 +3,7 @@ after heal, and the records it writes are what it promises."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import uuid
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from probe.gameday.scenario import (
     HostileRecords,
     ProbeRestart,
     ReplayedCanaries,
+    SinkStall,
 )
 from probe.keys import generate_key_ring
 
@@ -43,6 +45,9 @@ class _Process:
 
     def start(self) -> None:
         self.calls.append("start")
+
+    def send_signal(self, signal_number: int) -> None:
+        self.calls.append(signal.Signals(signal_number).name)
 
 
 @pytest.fixture
@@ -144,6 +149,16 @@ def test_probe_restart_stops_then_starts_the_probe(targets: LocalTargets) -> Non
     fault.inject()
     fault.heal()
     assert targets.probe.calls == ["stop", "start"]  # type: ignore[attr-defined]
+
+
+def test_sink_stall_holds_the_probes_sink_until_healed(targets: LocalTargets) -> None:
+    """The probe's own drill hook: SIGUSR1 holds its sink's batches, SIGUSR2 resumes
+    them (what the probe does with them: tests/spark/test_sink_service.py)."""
+    fault = build_fault(SinkStall(kind="sink-stall"), targets)
+    fault.inject()
+    assert targets.probe.calls == ["SIGUSR1"]  # type: ignore[attr-defined]
+    fault.heal()
+    assert targets.probe.calls == ["SIGUSR1", "SIGUSR2"]  # type: ignore[attr-defined]
 
 
 def test_silent_partition_strips_one_partitions_records_from_fetches(tmp_path: Path) -> None:

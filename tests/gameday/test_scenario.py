@@ -97,6 +97,10 @@ expect:
             "staging: {inject: {command: a}, heal: {command: b}}\n",
             "staging: give exactly one of prometheus_url and alertmanager_url",
         ),
+        (
+            "name: x\nfault: {kind: sink-stall}\n",
+            "probe.stages: fault kind sink-stall needs the sink stage",
+        ),
     ],
 )
 def test_a_bad_scenario_is_one_error_naming_the_field(

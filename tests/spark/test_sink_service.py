@@ -72,6 +72,74 @@ def test_run_with_the_sink_stage_measures_both_stages(
     assert running.process.returncode == 0, running.log.read_text()[-3000:]
 
 
+def _sink_staleness(port: int) -> float:
+    """The stalest partition of the sink stage, in seconds."""
+    return max(
+        (
+            value
+            for (name, labels), value in scrape(port).items()
+            if name == "synthetic_sla_partition_staleness_seconds" and ("stage", "sink") in labels
+        ),
+        default=0.0,
+    )
+
+
+def test_sigusr1_holds_the_sink_stage_and_sigusr2_resumes_it(
+    broker: EmbeddedBroker,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+    tmp_path: Path,
+) -> None:
+    """The operator's drill hook (the sink-stall game day uses it): while held, the
+    sink commits nothing and its staleness rises, the consumer stage goes on
+    delivering; resumed, the sink catches up on what it held."""
+    running = start_probe(
+        *run_args(broker.bootstrap_servers, topic, key_file),
+        "--stages", "consumer,sink", "--sink-path", str(tmp_path / "sink"),
+    )  # fmt: skip
+    wait_for(
+        lambda: running.process.poll() is not None or _sink_delivered(running.port) >= 3,
+        timeout=SINK_UP,
+        what="canaries delivered in the sink stage",
+    )
+    assert running.process.poll() is None, running.log.read_text()[-3000:]
+    healthy = 10.0  # seconds: a 2 s trigger and a batch keep staleness well under it
+
+    running.process.send_signal(signal.SIGUSR1)
+    # A batch already writing when the signal came may still commit; then nothing does.
+    wait_for(
+        lambda: _sink_staleness(running.port) > healthy,
+        timeout=60,
+        what="sink staleness rising while held",
+    )
+    sink_held = running.canaries("delivered", stage="sink") + running.canaries("late", "sink")
+    stale_at_hold = _sink_staleness(running.port)
+    consumer_at_hold = running.canaries("delivered")
+    # Five rounds of canaries on every partition, a second apart.
+    wait_for(
+        lambda: running.canaries("delivered") >= consumer_at_hold + 15,
+        timeout=30,
+        what="the consumer stage delivering while the sink is held",
+    )
+    judged = running.canaries("delivered", stage="sink") + running.canaries("late", "sink")
+    assert judged == sink_held, "the held sink committed a batch"
+    assert _sink_staleness(running.port) > stale_at_hold + 3
+    assert http_status(running.port, "/healthz") == 200
+
+    running.process.send_signal(signal.SIGUSR2)
+    wait_for(
+        lambda: _sink_staleness(running.port) < healthy,
+        timeout=60,
+        what="the sink fresh again after resuming",
+    )
+    caught_up = running.canaries("delivered", stage="sink") + running.canaries("late", "sink")
+    assert caught_up >= sink_held + 15, "the held canaries were not committed on resuming"
+    assert running.process.poll() is None, running.log.read_text()[-3000:]
+    assert running.stop(timeout=60) < 60
+    assert running.process.returncode == 0, running.log.read_text()[-3000:]
+
+
 def test_the_standalone_sink_runs_under_spark_submit(
     broker: EmbeddedBroker,
     topic: str,

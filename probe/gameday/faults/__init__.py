@@ -23,6 +23,7 @@ from probe.gameday.faults.probe_restart import ProbeRestartFault
 from probe.gameday.faults.proxy import ProxyBlackholeFault, ProxyLatencyFault
 from probe.gameday.faults.replayed import ReplayedCanariesFault
 from probe.gameday.faults.silent_partition import SilentPartitionFault
+from probe.gameday.faults.sink_stall import SinkStallFault
 
 FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "broker-stop": BrokerStopFault,
@@ -33,6 +34,7 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "replayed-canaries": ReplayedCanariesFault,
     "probe-restart": ProbeRestartFault,
     "silent-partition": SilentPartitionFault,
+    "sink-stall": SinkStallFault,
 }
 
 

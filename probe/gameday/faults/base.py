@@ -29,6 +29,8 @@ class RestartableProcess(Protocol):
 
     def start(self) -> None: ...
 
+    def send_signal(self, signal: int) -> None: ...
+
 
 @dataclass
 class LocalTargets:
