@@ -591,7 +591,7 @@ def _first_error(error: ValidationError) -> ConfigError:
     return ConfigError(field, message)
 
 
-def _read_yaml(path: Path) -> object:
+def read_yaml(path: Path) -> object:
     """The YAML file's contents; a key given twice in one mapping is an error.
 
     YAML parsers keep the last of two equal keys: a second ``interval:`` further
@@ -653,7 +653,7 @@ def load(path: Path | None = None, overrides: dict[str, object] | None = None) -
     """
     tree: dict[str, Any] = {}
     if path is not None:
-        loaded = _read_yaml(path)
+        loaded = read_yaml(path)
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError("config", f"{path} must hold a mapping of settings")
         tree = loaded or {}

@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from probe.config import Duration, ProbeConfig, StageName
-from probe.config import _read_yaml as read_yaml_file
+from probe.config import read_yaml as read_yaml_file
 from probe.errors import ConfigError
 
 # The probe configuration of a local live run, beneath the scenario's `probe:`
