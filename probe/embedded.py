@@ -34,7 +34,38 @@ def _accepts(port: int) -> bool:
         return False
 
 
-class LoopbackServer:
+class Started:
+    """Something this process starts and stops, used as a context manager.
+
+    A start that fails or is interrupted half way (a signal, Ctrl-C while waiting for
+    a port) stops what it did start: no ``__exit__`` comes after a failed
+    ``__enter__``, so nothing else would.
+    """
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class LoopbackServer(Started):
     """A server process on a loopback port, started and stopped by this process.
 
     Subclasses say which command to run; ``start`` returns once the port accepts
@@ -97,24 +128,6 @@ class LoopbackServer:
         if self._log_file is None or not self._log_file.exists():
             return ""
         return ": " + self._log_file.read_text(errors="replace")[-2000:]
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            # Interrupted (a signal, Ctrl-C) while waiting for the port: the process
-            # is running and no __exit__ will come to stop it.
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class EmbeddedBroker(LoopbackServer):

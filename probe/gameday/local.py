@@ -31,7 +31,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from probe.config import StageName
-from probe.embedded import EmbeddedBroker, free_loopback_port
+from probe.embedded import EmbeddedBroker, Started, free_loopback_port
 from probe.errors import ProbeError
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets
@@ -158,7 +158,7 @@ class ProbeProcess:
         return self.log_file.read_text(errors="replace")[-2000:]
 
 
-class LocalEnvironment:
+class LocalEnvironment(Started):
     """Everything a local scenario runs on, started in order and stopped in reverse.
 
     >>> with LocalEnvironment(scenario, workdir) as env:
@@ -245,17 +245,6 @@ class LocalEnvironment:
                 stop()
             except Exception:  # stopping the rest matters more than one failure
                 continue
-
-    def __enter__(self) -> LocalEnvironment:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def run_local(

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from probe.embedded import free_loopback_port
+from probe.embedded import Started, free_loopback_port
 from probe.errors import ProbeError
 from probe.gameday.faults.silent_partition import FetchStripper, PartitionFilter
 
@@ -51,7 +51,7 @@ class _Mode:
     flowing: bool = True
 
 
-class TcpProxy:
+class TcpProxy(Started):
     """Forward ``127.0.0.1:port`` to ``127.0.0.1:upstream_port``.
 
     >>> with TcpProxy(upstream_port=9092) as proxy:
@@ -234,13 +234,6 @@ class TcpProxy:
                 broken = True
             finally:
                 queue.task_done()
-
-    def __enter__(self) -> TcpProxy:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class ProxyLatencyFault:
