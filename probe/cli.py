@@ -40,6 +40,9 @@ from probe.keys import generate_key_ring, random_kid, random_secret
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_USAGE = 2
+# `sla-probe sink`: its query ended by itself (failed, stopped, no first batch within
+# sink.first_batch_timeout, Spark's JVM gone); the reason is its last line on stderr.
+EXIT_SINK_ENDED = 1
 
 
 def _env(flag: str) -> str:
@@ -158,6 +161,15 @@ def _log_level() -> Callable[[F], F]:
 def _metrics_port() -> Callable[[F], F]:
     return _option(
         "metrics-port", "metrics.port", "Port of /metrics, /healthz, /readyz.", metavar="PORT"
+    )
+
+
+def _metrics_host() -> Callable[[F], F]:
+    return _option(
+        "metrics-host",
+        "metrics.host",
+        "Address /metrics, /healthz, /readyz bind to (default 0.0.0.0: every interface).",
+        metavar="HOST",
     )
 
 
@@ -323,6 +335,7 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
 @main.command()
 @_common("interval", "Time between rounds, 1s..1h (default 20s).")
 @_metrics_port()
+@_metrics_host()
 @_option(
     "allow-ephemeral-key",
     "allow_ephemeral_key",
@@ -367,6 +380,7 @@ def run(config_file: Path | None, **flags: Any) -> None:
     _signing_key_file(),
     _log_level(),
     _metrics_port(),
+    _metrics_host(),
 )
 def sink(config_file: Path | None, **flags: Any) -> None:
     """Run only the Spark sink stage and serve its metrics (e.g. under spark-submit).
@@ -389,19 +403,22 @@ def sink(config_file: Path | None, **flags: Any) -> None:
         _fail_config(error)
         return
     logs.configure(config.log_level)
-    from probe.spark.standalone import serve_sink  # noqa: PLC0415 - Spark only here
+    from probe.spark.standalone import LastWords, serve_sink  # noqa: PLC0415 - Spark only here
 
+    last_words = LastWords()
     try:
-        problem = asyncio.run(serve_sink(config, keyring.ring))
+        ended = asyncio.run(serve_sink(config, keyring.ring))
     except ConfigError as error:
         # Found only when the metrics server starts: the metrics port or host.
         _fail_config(error)
         return
     finally:
         tracing.shutdown()
-    if problem is not None:
-        click.echo(f"sla-probe: sink stage ended: {problem}", err=True)
-        sys.exit(1)
+    if ended is not None:
+        last_words.say(
+            f"sla-probe: sink stage ended: {ended.detail}", jvm_gone=ended.reason == "jvm"
+        )
+        sys.exit(EXIT_SINK_ENDED)
 
 
 @main.command()

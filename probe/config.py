@@ -456,6 +456,27 @@ class OnceConfig(_Section):
 KafkaStage = Annotated[Literal["consumer", "sink"], AfterValidator(StageName)]
 
 
+class RestartConfig(_Section):
+    """How `run` restarts a sink query that died: from its checkpoint, after an
+    exponentially growing delay, until failures come too fast.
+
+    The defaults are Flink's for its recommended exponential-delay strategy (1 s
+    doubling by 1.5 up to 1 min, 10 % jitter, reset after 1 h without a failure),
+    plus a failure-rate cap: the 10th failure within 1 h gives the stage up (reported
+    failed; the probe's other stages go on). `sla-probe sink` does not restart its
+    query: it exits for its supervisor.
+    """
+
+    initial_delay: Annotated[Duration, _between(0.01, HOUR)] = 1.0
+    multiplier: float = Field(default=1.5, ge=1.0, le=10.0)
+    max_delay: Annotated[Duration, _between(0.01, DAY)] = 60.0
+    jitter: float = Field(default=0.1, ge=0.0, le=1.0)
+    # A query that ran this long without failing starts over at initial_delay.
+    reset_after: Annotated[Duration, _between(1.0, 7 * DAY)] = HOUR
+    max_failures: int = Field(default=10, ge=1, le=10_000)
+    failure_window: Annotated[Duration, _between(1.0, 7 * DAY)] = HOUR
+
+
 class SinkConfig(_Section):
     """The Spark sink stage: canaries judged after Spark wrote them to a table."""
 
@@ -484,6 +505,21 @@ class SinkConfig(_Section):
     # spark.log in `path` when that is a local directory (`once`'s temporary one is
     # removed at exit), else discarded. Under spark-submit it stays spark-submit's.
     spark_log: str | None = Field(default=None, min_length=1)
+    # Spark settings for the sink's session (spark.jars.packages, spark.hadoop.fs.s3a.*,
+    # spark.driver.memory...). They win over spark-submit's --conf, which wins over the
+    # probe's own defaults (see probe/spark/session.py).
+    spark_conf: dict[Annotated[str, Field(pattern=r"^spark\.")], str] = Field(default_factory=dict)
+    # How long the query may take to its first batch (a cold cluster starts its Python
+    # workers first: minutes). Null: no bound; readiness stays false until then.
+    first_batch_timeout: Annotated[Duration | None, _between(1.0, DAY)] = None
+    # The watermark-skew SLO's threshold: good seconds are those with the skew below
+    # it. Null: twice allowed_lateness (the watermark trails by allowed_lateness alone).
+    skew_threshold: Annotated[Duration | None, _between(1.0, DAY)] = None
+    restart: RestartConfig = RestartConfig()
+
+    @property
+    def skew_threshold_s(self) -> float:
+        return self.skew_threshold if self.skew_threshold is not None else 2 * self.allowed_lateness
 
 
 class ProbeConfig(_Section):

@@ -119,12 +119,34 @@ class SpanDropCollector(Collector):
 _BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
+# Why a sink query had to be restarted (probe.spark.health.failure_reason).
+RESTART_REASONS = ("checkpoint", "source", "batch", "stopped", "start", "jvm")
+
+
+def good_seconds(since_s: float, until_s: float, watermark_s: float, threshold_s: float) -> float:
+    """Seconds of [since, until] during which the skew (now - watermark) was below the
+    threshold, the watermark fixed over the span (it moves only at a batch).
+
+    The skew rises one second per second, so the good part is the start of the span
+    up to ``watermark + threshold``.
+
+    >>> good_seconds(100.0, 110.0, watermark_s=0.0, threshold_s=105.0)
+    5.0
+    """
+    return max(0.0, min(until_s, watermark_s + threshold_s) - since_s)
+
+
 class SinkQueryMetrics(Collector):
     """The Spark sink query's own series (see probe.spark.health for what each means).
 
-    Fed once per micro-batch from Spark's progress events, on Spark's listener thread.
-    Watermark skew and source lag are computed at scrape time from the last values
-    seen, so skew keeps rising while the query is stalled and no event arrives.
+    Fed once per micro-batch from Spark's progress events, on Spark's listener thread,
+    and by the restart supervisor. Watermark skew, the skew budget, source lag and the
+    time since the last batch are computed at scrape time from the last values seen,
+    so they keep moving while the query is stalled or down and no event arrives.
+
+    The skew SLO counts seconds, not batches: good seconds (skew below
+    ``skew_threshold_s``) and observed seconds advance exactly at every scrape and
+    batch, so a stream that stalls burns its budget with no record arriving.
     """
 
     def __init__(
@@ -132,6 +154,7 @@ class SinkQueryMetrics(Collector):
         registry: CollectorRegistry,
         target: str,
         clock_ns: Callable[[], int] = time.time_ns,
+        skew_threshold_s: float = 120.0,
     ) -> None:
         self.target = target
         self._clock_ns = clock_ns
@@ -139,6 +162,11 @@ class SinkQueryMetrics(Collector):
         self._started_ns = clock_ns()
         self._watermark_ns: int | None = None
         self._lag: int | None = None
+        self._last_batch_ns: int | None = None
+        self._skew_threshold_s = skew_threshold_s
+        self._evaluated_ns = self._started_ns
+        self._good_s = 0.0
+        self._observed_s = 0.0
         self.batch_duration = Histogram(
             "synthetic_sla_spark_batch_duration_seconds",
             "Wall time of each micro-batch of the sink query.",
@@ -165,8 +193,39 @@ class SinkQueryMetrics(Collector):
             ["target"],
             registry=registry,
         )
-        for metric in (self.batch_duration, self.commit_duration, self.overruns, self.dropped):
+        self.query_up = Gauge(
+            "synthetic_sla_spark_query_up",
+            "1 while the sink query runs; 0 while it is starting, down, restarting or given up.",
+            ["target"],
+            registry=registry,
+        )
+        self.restarts = Counter(
+            "synthetic_sla_spark_query_restarts",
+            "Restarts of the sink query by why it ended: checkpoint (its offset or commit "
+            "log, or its state), source (reading Kafka), batch (the batch itself, e.g. "
+            "writing tables), stopped (ended without an error), start (a start failed or made "
+            "no first batch in time), jvm (Spark's JVM went away).",
+            ["target", "reason"],
+            registry=registry,
+        )
+        self.given_up = Gauge(
+            "synthetic_sla_spark_query_failed",
+            "1 once the sink query failed too often to restart (the restart strategy's "
+            "failure-rate cap): the stage is given up until the probe restarts.",
+            ["target"],
+            registry=registry,
+        )
+        for metric in (
+            self.batch_duration,
+            self.commit_duration,
+            self.overruns,
+            self.dropped,
+            self.query_up,
+            self.given_up,
+        ):
             metric.labels(target)
+        for reason in RESTART_REASONS:
+            self.restarts.labels(target, reason)
         registry.register(self)
 
     def batch(
@@ -187,16 +246,42 @@ class SinkQueryMetrics(Collector):
         self.commit_duration.labels(self.target).observe(commit_s)
         if dropped:
             self.dropped.labels(self.target).inc(dropped)
+        now_ns = self._clock_ns()
         with self._lock:
+            # The span up to now was under the old watermark.
+            self._advance(now_ns)
+            self._last_batch_ns = now_ns
             if watermark_ns:
                 self._watermark_ns = watermark_ns
             if lag is not None:
                 self._lag = lag
 
+    def up(self, running: bool) -> None:
+        self.query_up.labels(self.target).set(1 if running else 0)
+
+    def restarted(self, reason: str) -> None:
+        self.restarts.labels(self.target, reason).inc()
+
+    def failed(self) -> None:
+        self.given_up.labels(self.target).set(1)
+        self.up(False)
+
+    def _advance(self, now_ns: int) -> None:
+        """Move the skew budget to now (the lock held)."""
+        if now_ns <= self._evaluated_ns:
+            return
+        watermark_s = (self._watermark_ns or self._started_ns) / 1e9
+        since_s, until_s = self._evaluated_ns / 1e9, now_ns / 1e9
+        self._good_s += good_seconds(since_s, until_s, watermark_s, self._skew_threshold_s)
+        self._observed_s += until_s - since_s
+        self._evaluated_ns = now_ns
+
     def collect(self) -> Iterator[Metric]:
         now_ns = self._clock_ns()
         with self._lock:
-            watermark, lag = self._watermark_ns, self._lag
+            self._advance(now_ns)
+            watermark, lag, last_batch = self._watermark_ns, self._lag, self._last_batch_ns
+            good_s, observed_s = self._good_s, self._observed_s
         skew = GaugeMetricFamily(
             "synthetic_sla_watermark_skew_seconds",
             "Now minus the sink query's event-time watermark (since start until the first).",
@@ -204,6 +289,30 @@ class SinkQueryMetrics(Collector):
         )
         skew.add_metric([self.target], max(0, now_ns - (watermark or self._started_ns)) / 1e9)
         yield skew
+        good = CounterMetricFamily(
+            "synthetic_sla_watermark_skew_good_seconds",
+            f"Seconds the watermark skew spent below its SLO threshold "
+            f"({self._skew_threshold_s:g}s, sink.skew_threshold).",
+            labels=["target"],
+        )
+        good.add_metric([self.target], good_s)
+        yield good
+        observed = CounterMetricFamily(
+            "synthetic_sla_watermark_skew_observed_seconds",
+            "Seconds the watermark skew was observed (the skew SLO's total).",
+            labels=["target"],
+        )
+        observed.add_metric([self.target], observed_s)
+        yield observed
+        since_batch = GaugeMetricFamily(
+            "synthetic_sla_spark_seconds_since_last_batch",
+            "Now minus the end of the sink query's last micro-batch (since start until the first).",
+            labels=["target"],
+        )
+        since_batch.add_metric(
+            [self.target], max(0, now_ns - (last_batch or self._started_ns)) / 1e9
+        )
+        yield since_batch
         lag_family = GaugeMetricFamily(
             "synthetic_sla_spark_source_lag_records",
             "Records between the source's latest and processed offsets.",

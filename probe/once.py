@@ -134,14 +134,18 @@ async def _start_sink(
     id of their own, go through first; the report counts only this run's. The sink is
     stopped by ``cleanup``, also when it fails to start.
     """
-    from probe.spark.stage import SinkProgress, SparkSinkStage  # noqa: PLC0415 - Spark only when asked
+    from probe.spark.stage import (  # noqa: PLC0415 - Spark only when asked
+        ONCE_FIRST_BATCH_TIMEOUT,
+        SinkProgress,
+        SparkSinkStage,
+    )
 
     tally.declare_stage(StageName.SINK)
     sink = SparkSinkStage(config, keyring, [OwnCanaries(tally, config.probe_id)])
     cleanup.push_async_callback(sink.stop)
     progress = SinkProgress()  # on a terminal only: Spark's start is ~25 s of silence
     try:
-        await sink.attach(target)
+        await sink.attach(target, config.sink.first_batch_timeout or ONCE_FIRST_BATCH_TIMEOUT)
     except (TimeoutError, ProbeError) as exc:
         if isinstance(exc, ConfigError):
             raise

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from probe.config import ProbeConfig, StageName, TargetKind
 from probe.endpoints import MetricsServer, build_app
-from probe.errors import TransportError
 from probe.keyfile import KeyRingSource
 from probe.keys import KeyRing
 from probe.metrics import service_metrics
@@ -39,6 +38,8 @@ log = logging.getLogger(__name__)
 # gone and never answers.
 TASK_GRACE = 1.5
 CLOSE_GRACE = 2.5
+# How long rounds wait for the sink stage's start (see _sink_head_start).
+SINK_HEAD_START = 120.0
 
 
 async def serve(
@@ -66,9 +67,9 @@ async def serve(
     _drill_signals(sink)
 
     def readiness() -> tuple[bool, str]:
-        if sink is not None and (problem := sink.problem()) is not None:
-            return False, problem
         states = [(target.target, *target.readiness()) for target in targets]
+        if sink is not None:
+            states.append((f"{config.target} sink", *sink.readiness()))
         if len(states) == 1:
             return states[0][1:]
         reasons = "; ".join(f"{name}: {reason}" for name, _, reason in states)
@@ -80,17 +81,17 @@ async def serve(
 
     async def probe_forever(target: TargetProbe) -> None:
         await target.connect()
+        supervisor = None
         if sink is not None and target.kind is TargetKind.KAFKA:
-            try:
-                await sink.attach(target)
-            except (TimeoutError, TransportError) as exc:
-                # Probing goes on: a slow first batch only makes early canaries late.
-                log.warning("sink stage: %s", exc)
+            supervisor = asyncio.create_task(sink.supervise(target, stop), name="sink stage")
+            await _sink_head_start(sink, supervisor)
         consumer = asyncio.create_task(target.consume(), name=f"consume {target.target}")
         try:
             await target.run_rounds(config.interval, stop)
         finally:
             consumer.cancel()
+            if supervisor is not None:
+                supervisor.cancel()
 
     tasks = [
         task
@@ -117,6 +118,27 @@ async def serve(
     if sink is not None:
         await sink.stop()
     await server.stop()
+
+
+async def _sink_head_start(sink: SparkSinkStage, supervisor: asyncio.Task[None]) -> None:
+    """Give the sink stage up to SINK_HEAD_START to be ready before rounds begin.
+
+    Canaries produced while Spark's Python workers still start would be judged late
+    at the sink for a cold start, not for the pipeline; a sink slower than that (a
+    cold cluster, a broker away) must not hold the consumer stage's probing back. It
+    goes on starting beside the rounds, /readyz false until its first batch.
+    """
+    deadline = asyncio.get_running_loop().time() + SINK_HEAD_START
+    while not sink.ready and not supervisor.done():
+        if asyncio.get_running_loop().time() > deadline:
+            log.warning(
+                "sink stage not ready after %gs: probing goes on, the sink joins when it is",
+                SINK_HEAD_START,
+            )
+            return
+        await asyncio.sleep(0.2)
+    if supervisor.done() and not supervisor.cancelled():
+        supervisor.result()  # a ConfigError ends the probe
 
 
 def _drill_signals(sink: SparkSinkStage | None) -> None:

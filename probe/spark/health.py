@@ -14,11 +14,19 @@ and error rate miss:
 * ``synthetic_sla_spark_commit_duration_seconds`` - offset WAL and commit log writes.
 * ``synthetic_sla_spark_rows_dropped_by_watermark_total`` - rows later than the
   allowed lateness (dropped by Spark before the judge saw them).
+* ``synthetic_sla_watermark_skew_{good,observed}_seconds_total`` - the skew SLO's
+  seconds below its threshold, and all seconds.
+* ``synthetic_sla_spark_seconds_since_last_batch`` - how long no batch completed.
+
+The restart supervisor (probe.spark.stage) adds ``synthetic_sla_spark_query_up``,
+``synthetic_sla_spark_query_restarts_total{reason}`` (reason from
+:func:`failure_reason`) and ``synthetic_sla_spark_query_failed``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -28,6 +36,36 @@ from prometheus_client import CollectorRegistry
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from probe.metrics import SinkQueryMetrics
+
+# What a failed query's error names, most specific first. Spark's error text is its
+# whole stack; the checkpoint's classes and error classes are stable across versions.
+_CHECKPOINT = re.compile(
+    r"CONCURRENT_STREAM_LOG_UPDATE|CONCURRENT_QUERY|HDFSMetadataLog|OffsetSeqLog|CommitLog"
+    r"|CheckpointFileManager|StateStore|STREAMING_STATEFUL_OPERATOR|checkpoint",
+    re.IGNORECASE,
+)
+_SOURCE = re.compile(
+    r"kafka_source|KafkaStreamReader|PYTHON_STREAMING_DATA_SOURCE|KafkaError|"
+    r"NoBrokersAvailable|initialOffset|latestOffset",
+)
+
+
+def failure_reason(failure: str | None) -> str:
+    """Why a query ended, as the ``reason`` label of its restarts: ``checkpoint``,
+    ``source``, ``batch`` (anything else the batch ran into) or ``stopped`` (no error).
+
+    >>> failure_reason("[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log.")
+    'checkpoint'
+    >>> failure_reason(None)
+    'stopped'
+    """
+    if failure is None:
+        return "stopped"
+    if _CHECKPOINT.search(failure):
+        return "checkpoint"
+    if _SOURCE.search(failure):
+        return "source"
+    return "batch"
 
 
 def parse_spark_time(text: str | None) -> int | None:
@@ -67,10 +105,11 @@ class SparkHealth:
         target: str,
         trigger_s: float,
         clock_ns: Callable[[], int] = time.time_ns,
+        skew_threshold_s: float = 120.0,
     ) -> None:
         self.target = target
         self.trigger_s = trigger_s
-        self.metrics = SinkQueryMetrics(registry, target, clock_ns)
+        self.metrics = SinkQueryMetrics(registry, target, clock_ns, skew_threshold_s)
 
     def on_progress(self, progress: Any) -> None:
         """Apply one StreamingQueryProgress (from the listener or `lastProgress`)."""

@@ -13,7 +13,7 @@ Usage::
         spark.readStream.format("sla_kafka")
         .option("bootstrap.servers", "kafka-0:9092,kafka-1:9092")
         .option("topic", "synthetic-sla")
-        .option("startingOffsets", "latest")       # or "earliest"
+        .option("startingOffsets", "latest")       # or "earliest", or {"0": 42, ...}
         .option("maxRecordsPerBatch", "10000")     # admission control; default: no limit
         .option("maxInputPartitions", "4")         # tasks per batch; default: one per partition
         .load()
@@ -47,6 +47,7 @@ on an executor fails the query with an error naming the codec.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -89,6 +90,28 @@ SCHEMA = StructType(
 )
 
 Offsets = dict[str, int]
+
+
+def starting_map(starting: str) -> Offsets | None:
+    """``startingOffsets``: None for ``latest``/``earliest`` (resolved when the query
+    first starts), the map for a JSON ``{"<partition>": offset}``.
+
+    >>> starting_map('{"0": 12, "1": 0}')
+    {'0': 12, '1': 0}
+    """
+    if starting in ("latest", "earliest"):
+        return None
+    try:
+        offsets = json.loads(starting)
+    except ValueError:
+        offsets = None
+    if not isinstance(offsets, dict) or not all(
+        str(p).isdigit() and isinstance(o, int) and o >= 0 for p, o in offsets.items()
+    ):
+        raise ValueError(
+            'startingOffsets must be latest, earliest or a JSON map {"<partition>": offset}'
+        )
+    return {str(p): int(o) for p, o in offsets.items()}
 
 
 def client_config(options: Mapping[str, str]) -> dict[str, Any]:
@@ -195,8 +218,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.max_records is not None and self.max_records < 1:
             raise ValueError("maxRecordsPerBatch must be >= 1")
         self.starting = options.get("startingOffsets", "latest")
-        if self.starting not in ("latest", "earliest"):
-            raise ValueError("startingOffsets must be latest or earliest")
+        self._pinned = starting_map(self.starting)
         groups = options.get("maxInputPartitions")
         self.max_input_partitions = int(groups) if groups else None
         if self.max_input_partitions is not None and self.max_input_partitions < 1:
@@ -237,8 +259,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def initialOffset(self) -> Offsets:
+        # Spark asks again after a restart before the first commit: a map given by the
+        # caller (pinned in the checkpoint) keeps that answer the same.
+        if self._pinned is not None:
+            return dict(self._pinned)
+        return self.log_start(self.starting)
+
+    def log_start(self, starting: str) -> Offsets:
+        """The topic's ``earliest`` or ``latest`` offsets, right now."""
         begin, end = self._log_bounds()
-        return begin if self.starting == "earliest" else end
+        return begin if starting == "earliest" else end
 
     def _latest(self, start: Offsets) -> Offsets:
         begin, end = self._log_bounds()

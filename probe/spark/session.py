@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 
 from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkRuntimeError
@@ -13,11 +16,16 @@ from pyspark.sql import SparkSession
 
 from probe.errors import StageFailed
 
+log = logging.getLogger(__name__)
+
+# The probe's defaults, never forced: a setting from spark-submit's --conf (or
+# spark-defaults.conf under spark-submit) wins over these, and sink.spark_conf over both.
 # RocksDB keeps transformWithState's state off the JVM heap and is the provider the
 # stateful operator is built for. The larger driver thread stack avoids a
 # StackOverflowError Spark can hit formatting an interrupt while a query stops
-# mid-batch (SPARK-48717).
-_SESSION_CONF = {
+# mid-batch (SPARK-48717); it only reaches a JVM this process launches: under
+# spark-submit the driver JVM runs already, and the README's command passes it.
+DEFAULT_CONF = {
     "spark.sql.streaming.stateStore.providerClass": (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
@@ -28,6 +36,7 @@ _SESSION_CONF = {
     "spark.driver.extraJavaOptions": "-Xss4m",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
+DRIVER_STACK = "-Xss4m"
 
 # Lines of Spark's output quoted when its JVM does not start (no Java, a bad option).
 _FAILURE_TAIL_LINES = 8
@@ -40,10 +49,44 @@ def starts_own_jvm() -> bool:
     return "PYSPARK_GATEWAY_PORT" not in os.environ
 
 
+def session_conf(
+    given: Mapping[str, str], spark_conf: Mapping[str, str], master: str | None
+) -> dict[str, str]:
+    """The settings to apply over ``given`` (what spark-submit already set): the
+    probe's defaults where nothing was given, then ``sink.spark_conf``, then the
+    master when the config names one.
+
+    >>> session_conf({"spark.ui.enabled": "true"}, {}, None)["spark.ui.enabled"]
+    'true'
+    >>> conf = session_conf({}, {"spark.sql.shuffle.partitions": "8"}, None)
+    >>> conf["spark.sql.shuffle.partitions"]
+    '8'
+    """
+    settings = {name: given.get(name, value) for name, value in DEFAULT_CONF.items()}
+    settings.update(spark_conf)
+    if master:
+        settings["spark.master"] = master
+    return settings
+
+
+def executors_python(master: str | None, settings: Mapping[str, str]) -> str | None:
+    """The interpreter to hand to executors, or None to leave it to Spark's settings.
+
+    In local mode the executors are this process's children: this interpreter, which
+    has the ``probe`` package. On a cluster they run on other hosts, where this path
+    may not exist: Spark's own ``spark.pyspark.python`` (or ``PYSPARK_PYTHON``, or an
+    ``--archives`` environment) decides there (README, "Spark sink stage").
+    """
+    if settings.get("spark.pyspark.python") or not (master or "").startswith("local"):
+        return None
+    return sys.executable
+
+
 def sink_session(
     master: str | None = "local[*]",
     app_name: str = "synthetic-sla-sink",
     spark_output: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """A session for the sink. ``master=None`` keeps what spark-submit configured.
 
@@ -52,11 +95,19 @@ def sink_session(
     stderr), when this process launches the JVM; None leaves that output on this
     process's stdout and stderr.
     """
-    # Executors in local mode run this interpreter, so they import the same `probe`.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings = {"spark.app.name": app_name, **_SESSION_CONF}
-    if master:
-        settings["spark.master"] = master
+    given = {} if starts_own_jvm() else _submitted_conf()
+    settings = {"spark.app.name": app_name, **session_conf(given, spark_conf or {}, master)}
+    effective_master = settings.get("spark.master", given.get("spark.master"))
+    python = executors_python(effective_master, {**given, **settings})
+    if python is not None:
+        os.environ.setdefault("PYSPARK_PYTHON", python)
+    if not starts_own_jvm() and DRIVER_STACK not in given.get("spark.driver.extraJavaOptions", ""):
+        log.warning(
+            "the driver JVM runs without %s: a query stopped mid-batch may log a "
+            "StackOverflowError (SPARK-48717); pass --driver-java-options %s to spark-submit",
+            DRIVER_STACK,
+            DRIVER_STACK,
+        )
     # SparkContext._gateway is pyspark's one JVM per process: a later session reuses it.
     if spark_output is not None and starts_own_jvm() and SparkContext._gateway is None:
         _start_context(settings, spark_output)
@@ -67,6 +118,13 @@ def sink_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _submitted_conf() -> dict[str, str]:
+    """What spark-submit set (its --conf, spark-defaults.conf, --master...): the
+    system properties of the JVM it started, which a new SparkConf loads."""
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
 
 
 def _start_context(settings: dict[str, str], spark_output: str) -> None:
@@ -97,3 +155,18 @@ def _tail(path: str) -> str:
     except OSError as exc:
         return f"(unreadable: {exc.strerror})"
     return " | ".join(lines[-_FAILURE_TAIL_LINES:]) or "(nothing)"
+
+
+def forget_session() -> None:
+    """Drop pyspark's handles on a JVM that died (local mode: this process's child),
+    so the next :func:`sink_session` launches a new one instead of reusing a dead
+    gateway. pyspark keeps one JVM per process in class attributes; nothing else
+    resets them short of a new process."""
+    with contextlib.suppress(Exception):  # stopping what is left of the old context
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
+    SparkContext._active_spark_context = None
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None

@@ -32,6 +32,7 @@ and key ring travel to the executors inside the decode function's closure.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -51,7 +52,7 @@ from probe.judge import Fate, Finding, StreamKey
 from probe.keys import KeyRing
 from probe.spark.health import HealthListener, SparkHealth
 from probe.spark.judge_operator import JudgeProcessor
-from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource
+from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamReader, KafkaStreamSource
 from probe.spark.rows import (
     DECODED,
     JUDGED,
@@ -60,10 +61,13 @@ from probe.spark.rows import (
     decode_batches,
     finding_of,
 )
-from probe.spark.tables import write_batch
+from probe.spark.tables import read_text, write_batch, write_text
 from probe.stage import Recorder
 
 log = logging.getLogger(__name__)
+
+# In the checkpoint: the source's offsets when the query first started (pin_start).
+START_FILE = "sla_kafka_start.json"
 
 
 @dataclass
@@ -160,20 +164,53 @@ class SinkJob:
         with a record or two each per batch, and a task costs far more than reading them."""
         return max(1, self.spark.sparkContext.defaultParallelism)
 
-    def build(self) -> DataFrame:
+    def source_options(self) -> dict[str, str]:
+        s = self.settings
+        options = {
+            "bootstrap.servers": s.bootstrap_servers,
+            "topic": s.topic,
+            "startingOffsets": s.starting_offsets,
+            "maxInputPartitions": str(self.tasks_per_batch),
+            **{f"kafka.{name}": value for name, value in s.kafka_options.items()},
+        }
+        if s.max_records_per_batch:
+            options["maxRecordsPerBatch"] = str(s.max_records_per_batch)
+        return options
+
+    def pin_start(self) -> str:
+        """The source's starting offsets as a JSON map, resolved from
+        ``starting_offsets`` when the query first starts and kept in its checkpoint.
+
+        Spark asks a source for its initial offsets again when a query restarts before
+        its first commit; resolving ``latest`` a second time would land past the first
+        batch's planned end, which reads like a truncated log and re-reads the topic
+        from offset 0. Spark's own Kafka source keeps its initial offsets in the
+        checkpoint for the same reason. Raises what listing the offsets raises (no
+        broker): the query cannot start without them.
+        """
+        uri = f"{self.settings.checkpoint_location.rstrip('/')}/{START_FILE}"
+        pinned = read_text(uri)
+        if pinned is None:
+            reader = KafkaStreamReader(self.source_options())
+            try:
+                offsets = reader.log_start(self.settings.starting_offsets)
+            finally:
+                reader.stop()
+            pinned = json.dumps(offsets, sort_keys=True)
+            write_text(uri, pinned)
+            log.info("sink query starts at %s offsets %s (kept in %s)",
+                     self.settings.starting_offsets, pinned, uri)  # fmt: skip
+        return pinned
+
+    def build(self, starting_offsets: str | None = None) -> DataFrame:
         s = self.settings
         self.spark.dataSource.register(KafkaStreamSource)
-        reader = (
-            self.spark.readStream.format(SOURCE_NAME)
-            .option("bootstrap.servers", s.bootstrap_servers)
-            .option("topic", s.topic)
-            .option("startingOffsets", s.starting_offsets)
-            .option("maxInputPartitions", str(self.tasks_per_batch))
-        )
-        if s.max_records_per_batch:
-            reader = reader.option("maxRecordsPerBatch", str(s.max_records_per_batch))
-        for name, value in s.kafka_options.items():
-            reader = reader.option(f"kafka.{name}", value)
+        options = self.source_options()
+        if starting_offsets is not None:
+            options["startingOffsets"] = starting_offsets
+        reader = self.spark.readStream.format(SOURCE_NAME)
+        for name, value in options.items():
+            reader = reader.option(name, value)
         raw = reader.load().select("partition", "offset", "value")
         decoded = raw.mapInPandas(
             decode_batches(self._keyring.to_json(), s.max_size, s.probe_id), DECODED
@@ -204,7 +241,7 @@ class SinkJob:
             self._listener = HealthListener(self.health, query_name)
             self.spark.streams.addListener(self._listener)
         self.query = (
-            self.build()
+            self.build(self.pin_start())
             .writeStream.queryName(query_name)
             .option("checkpointLocation", self.settings.checkpoint_location)
             .trigger(processingTime=f"{int(self.settings.trigger_s * 1000)} milliseconds")

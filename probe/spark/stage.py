@@ -10,12 +10,15 @@ arrive on Spark's batch thread and go to the same recorders as the other stages.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import random
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
@@ -23,12 +26,13 @@ from prometheus_client import CollectorRegistry
 from py4j.protocol import Py4JError
 
 from probe.canary import Canary, encode
-from probe.config import KafkaConfig, ProbeConfig, StageName
-from probe.errors import ConfigError
+from probe.config import KafkaConfig, ProbeConfig, StageName, format_duration
+from probe.errors import ConfigError, StageFailed, TransportError
 from probe.judge import StreamKey
 from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics
-from probe.spark.health import SparkHealth
+from probe.restarts import RestartState, RestartStrategy, after_failure
+from probe.spark.health import SparkHealth, failure_reason
 from probe.spark.session import starts_own_jvm
 from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
 from probe.stage import Recorder
@@ -38,10 +42,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Spark start-up (~8 s here) plus the first micro-batch of a Python source (~8-14 s).
-FIRST_BATCH_TIMEOUT = 180.0
+# How long `once` waits for its warm-up (the query's first batch) when
+# sink.first_batch_timeout is unset: a smoke test must end. Spark's start (~8 s here)
+# plus a first micro-batch of a Python source (~8-14 s); minutes on a cold cluster.
+ONCE_FIRST_BATCH_TIMEOUT = 180.0
 # The first batch with data starts the Python workers of the decoder and the judge.
 WARMUP_TIMEOUT = 120.0
+# How often a running query and Spark's JVM are checked: a dead query is seen within it.
+WATCH_INTERVAL = 2.0
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Why a sink query is no longer running: the ``reason`` label of its restart
+    (probe.metrics.RESTART_REASONS) and the words for a log line or /readyz."""
+
+    reason: str
+    detail: str
 
 
 def kafka_client_options(kafka: KafkaConfig) -> dict[str, str]:
@@ -165,13 +182,24 @@ class SparkSinkStage:
         self._clock_ns = clock_ns
         self.freshness = SinkFreshness(clock_ns())
         self.health = (
-            SparkHealth(registry, config.target, config.sink.trigger, clock_ns)
+            SparkHealth(
+                registry,
+                config.target,
+                config.sink.trigger,
+                clock_ns,
+                skew_threshold_s=config.sink.skew_threshold_s,
+            )
             if registry is not None
             else None
         )
         if metrics is not None:
             metrics.declare_stage(config.target, StageName.SINK, self.freshness)
         self.job: SinkJob | None = None
+        # Readiness: the first batch since the query (re)started committed.
+        self.ready = False
+        # Set while a restart waits for its delay, and once the strategy gave up.
+        self.restarting: str | None = None
+        self.given_up: str | None = None
 
     def watch(self, partitions: Sequence[int], probe_id: str) -> None:
         """Track staleness of partitions before their first canary lands in the sink."""
@@ -180,21 +208,159 @@ class SparkSinkStage:
             self.freshness.watch(StreamKey(probe_id, self._config.target, partition), now_ns)
 
     async def start(self) -> None:
-        """Start Spark and the query; return once the source is positioned (first batch)."""
+        """Start Spark and the query, its source pinned at its starting offsets (the
+        first start's ``starting_offsets``, kept in the checkpoint): canaries produced
+        from now on are read. The query's first batch comes later (:meth:`first_batch`)."""
         self.job = await asyncio.to_thread(self._start_blocking)
-        positioned = await asyncio.to_thread(self.job.wait_for_batches, 1, FIRST_BATCH_TIMEOUT)
-        if not positioned:
-            raise TimeoutError(f"sink query made no batch within {FIRST_BATCH_TIMEOUT:g}s")
+        self._up(True)
         log.info(
-            "sink stage running: tables under %s, Spark's own output %s",
+            "sink query started: tables under %s, Spark's own output %s",
             self.settings.path,
             self.spark_output or "on stderr",
         )
 
+    async def first_batch(
+        self, within: float | None, stop: asyncio.Event | None = None
+    ) -> Ended | None:
+        """Wait for the started query's first batch: None once it committed (or on
+        ``stop``); why not if the query ended first or ``within`` seconds (None: no bound)
+        passed. A cold cluster starts its Python workers first: minutes."""
+        assert self.job is not None, "start() first"
+        job = self.job
+        deadline = None if within is None else time.monotonic() + within
+        while not await asyncio.to_thread(job.wait_for_batches, 1, WATCH_INTERVAL):
+            if (ended := self.ended()) is not None:
+                return ended
+            if stop is not None and stop.is_set():
+                return None
+            if deadline is not None and time.monotonic() > deadline:
+                return Ended("start", f"sink query made no batch within {within:g}s")
+        return None
+
+    async def running(self, stop: asyncio.Event) -> Ended | None:
+        """Watch the running query until ``stop`` (None) or until it ends (why)."""
+        while not stop.is_set():
+            if (ended := await asyncio.to_thread(self.ended)) is not None:
+                self.ready = False
+                self._up(False)
+                return ended
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), WATCH_INTERVAL)
+        return None
+
+    async def supervise(self, target: TargetProbe, stop: asyncio.Event) -> None:
+        """Run the sink beside ``target`` until ``stop``, restarting its query from the
+        checkpoint each time it ends, with the restart strategy's delays, until the
+        strategy gives up: the stage is then reported failed (``problem``, /readyz and
+        ``synthetic_sla_spark_query_failed``) while the other stages go on.
+
+        Settings errors (ConfigError) are not restarted: they end the probe.
+        """
+        strategy = RestartStrategy.from_config(self._config.sink.restart)
+        state = RestartState()
+        timeout = self._config.sink.first_batch_timeout
+        while not stop.is_set():
+            began = time.monotonic()
+            ended = await self._one_run(target, timeout, stop)
+            if ended is None:
+                return
+            decision = after_failure(
+                strategy,
+                state,
+                failed_at=time.monotonic(),
+                ran_for=time.monotonic() - began,
+                random=random.random,
+            )
+            state = decision.state
+            if decision.delay is None:
+                self.given_up = (
+                    f"sink stage given up after {len(state.failures)} failures within "
+                    f"{format_duration(strategy.failure_window)}; last: {ended.detail}"
+                )
+                log.error("%s", self.given_up)
+                if self.health is not None:
+                    self.health.metrics.failed()
+                return
+            if self.health is not None:
+                self.health.metrics.restarted(ended.reason)
+            self.restarting = ended.detail
+            log.warning(
+                "sink query ended (%s): %s; restarting it from its checkpoint in %.1fs",
+                ended.reason, ended.detail, decision.delay,
+            )  # fmt: skip
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), decision.delay)
+
+    async def _one_run(
+        self, target: TargetProbe, within: float | None, stop: asyncio.Event
+    ) -> Ended | None:
+        """Start (or restart) the query, wait for its first batch, watch it: why it
+        ended, or None on ``stop``."""
+        first = self.job is None
+        try:
+            if first:
+                await self.attach(target, within, stop)
+            else:
+                await self._restart()
+                ended = await self.first_batch(within, stop)
+                if ended is not None:
+                    return ended
+        except ConfigError:
+            raise
+        except TimeoutError as exc:  # the first batch or the warm-up: restarted
+            return Ended("start", str(exc))
+        except TransportError as exc:  # a warm-up canary the broker refused
+            log.warning("sink stage: %s", exc)
+        except Exception as exc:  # any start failure is restarted
+            self._up(False)
+            ended = await asyncio.to_thread(self.ended)  # a query that started, then failed
+            return ended or Ended("start", f"{type(exc).__name__}: {exc}")
+        self.restarting = None
+        if stop.is_set():
+            return None
+        self.ready = True
+        return await self.running(stop)
+
+    async def _restart(self) -> None:
+        assert self.job is not None
+        await asyncio.to_thread(self._restart_blocking)
+        self._up(True)
+        log.info("sink query restarted from its checkpoint")
+
+    def _restart_blocking(self) -> None:
+        assert self.job is not None
+        job = self.job
+        with contextlib.suppress(Py4JError):  # a dead query or JVM: nothing to stop
+            job.stop()
+        if not self._jvm_alive(job):
+            # Local mode: the JVM was this process's child. A new one, a new job.
+            from probe.spark.session import forget_session  # noqa: PLC0415
+
+            forget_session()
+            self.job = self._start_blocking()
+            return
+        job.start()
+
+    @staticmethod
+    def _jvm_alive(job: SinkJob) -> bool:
+        """Whether the job's Spark context still answers (a round trip to the JVM)."""
+        try:
+            return not job.spark.sparkContext._jsc.sc().isStopped()
+        except Py4JError:
+            return False
+
+    def _up(self, running: bool) -> None:
+        if self.health is not None:
+            self.health.metrics.up(running)
+
     def _start_blocking(self) -> SinkJob:
         from probe.spark.session import sink_session  # noqa: PLC0415 - Spark starts here
 
-        spark = sink_session(self._config.sink.master, spark_output=self.spark_output)
+        spark = sink_session(
+            self._config.sink.master,
+            spark_output=self.spark_output,
+            spark_conf=self._config.sink.spark_conf,
+        )
         job = SinkJob(
             spark,
             self.settings,
@@ -207,36 +373,49 @@ class SparkSinkStage:
         job.start()
         return job
 
-    async def attach(self, target: TargetProbe) -> None:
-        """Start beside a connected Kafka target, before it produces anything: the
-        source positioned (or the first canaries would be written before the sink
-        reads), then warm-up canaries through the sink (see :meth:`warm_up`).
+    async def attach(
+        self,
+        target: TargetProbe,
+        first_batch_timeout: float | None,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        """Start beside a connected Kafka target: the query started (its source pinned,
+        so canaries from now on are read), then warm-up canaries through the sink
+        (see :meth:`warm_up`), which also makes its first batch.
 
         Raises what starting Spark raises (StageFailed, ConfigError), TimeoutError for
-        a query or warm-up slower than its bound, TransportError for a warm-up canary
-        the broker did not take. The caller decides what each means for its job.
+        a warm-up slower than ``first_batch_timeout`` (None for no bound: a cold
+        cluster takes minutes), TransportError for a warm-up canary the broker did not
+        take, StageFailed for a query that ended before its warm-up landed. The caller
+        decides what each means for its job.
         """
         probe_id = target.own.probe_id
         self.watch(target.partitions, probe_id)
         await self.start()
         if target.partitions and target.transport is not None:
-            await self.warm_up(target.transport.send, target.partitions, probe_id)
+            await self.warm_up(
+                target.transport.send, target.partitions, probe_id, first_batch_timeout, stop
+            )
 
     async def warm_up(
         self,
         send: Callable[[int, bytes], Awaitable[int | None]],
         partitions: Sequence[int],
         probe_id: str,
+        within: float | None = WARMUP_TIMEOUT,
+        stop: asyncio.Event | None = None,
     ) -> None:
         """Send warm-up canaries under a probe id of their own through the sink, and
-        wait until every one has landed.
+        wait until every one has landed (or ``stop``).
 
         The first batch that carries data also starts Spark's Python workers for the
-        source, the decoder and the judge (~15 s here, more on a busy host): canaries
-        produced before that would be judged late for a cold start, not for the
-        pipeline. One canary goes to each of as many partitions as a batch runs tasks
-        in parallel, so every worker a steady batch uses is started. The warm-up
-        streams are forgotten afterwards, so they never show up as silent.
+        source, the decoder and the judge (~15 s here, more on a busy host, minutes on
+        a cold cluster): canaries produced before that would be judged late for a cold
+        start, not for the pipeline. One canary goes to each of as many partitions as
+        a batch runs tasks in parallel, so every worker a steady batch uses is
+        started. The warm-up streams are forgotten afterwards, so they never show up
+        as silent. Raises TimeoutError after ``within`` seconds (None: no bound),
+        StageFailed if the query ends first.
         """
         assert self.job is not None, "start() first"
         incarnation = self._clock_ns()
@@ -252,11 +431,18 @@ class SparkSinkStage:
             )
             await send(partition, encode(warmup, self._keyring))
             keys.append(StreamKey(warmup.probe_id, warmup.target, partition))
-        deadline = time.monotonic() + WARMUP_TIMEOUT
+        deadline = None if within is None else time.monotonic() + within
+        checked = time.monotonic()
         # Commits happen on Spark's batch thread: its record of them shows the landing.
         while not all(key in self.freshness.staleness_ns(self._clock_ns()) for key in keys):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"warm-up canaries not through the sink in {WARMUP_TIMEOUT:g}s")
+            if stop is not None and stop.is_set():
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"warm-up canaries not through the sink in {within:g}s")
+            if time.monotonic() - checked > WATCH_INTERVAL:
+                checked = time.monotonic()
+                if (ended := await asyncio.to_thread(self.ended)) is not None:
+                    raise StageFailed(f"before its warm-up landed: {ended.detail}")
             await asyncio.sleep(0.1)
         for key in keys:
             self.freshness.forget(key)
@@ -276,7 +462,7 @@ class SparkSinkStage:
             self.job.resume()
             log.warning("sink stage resumed")
 
-    def problem(self) -> str | None:
+    def ended(self) -> Ended | None:
         """Why the started query can no longer judge anything, or None while it runs:
         it failed, it was stopped, or Spark's JVM is gone (under spark-submit the JVM
         is this process's parent, and a signal to spark-submit stops only the JVM)."""
@@ -287,10 +473,33 @@ class SparkSinkStage:
                 return None
             failure = self.job.query.exception()
         except Py4JError as exc:
-            return f"Spark's JVM is gone ({type(exc).__name__})"
-        return f"sink query failed: {failure}" if failure is not None else "sink query stopped"
+            return Ended("jvm", f"Spark's JVM is gone ({type(exc).__name__})")
+        if failure is None:
+            return Ended("stopped", "sink query stopped")
+        text = str(failure)
+        return Ended(failure_reason(text), f"sink query failed: {_first_line(text)}")
+
+    def problem(self) -> str | None:
+        """Why the sink stage is not judging: given up, failed, restarting; None while
+        it runs or has not started."""
+        if self.given_up is not None:
+            return self.given_up
+        if self.restarting is not None:
+            return f"restarting the sink query after: {self.restarting}"
+        ended = self.ended()
+        return None if ended is None else ended.detail
+
+    def readiness(self) -> tuple[bool, str]:
+        """For /readyz: ready once the query's first batch committed, while it runs."""
+        problem = self.problem()
+        if problem is not None:
+            return False, problem
+        if not self.ready:
+            return False, "sink query starting (waiting for its first batch)"
+        return True, "sink query running"
 
     async def stop(self) -> None:
+        self._up(False)
         if self.job is not None:
             try:
                 await asyncio.to_thread(self.job.stop)
@@ -298,3 +507,8 @@ class SparkSinkStage:
                 log.warning("sink stop: Spark's JVM is gone (%s)", type(exc).__name__)
         if self._temp is not None:
             self._temp.cleanup()
+
+
+def _first_line(text: str) -> str:
+    """A Spark error's first line: its message, without the JVM's stack."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)[:500]

@@ -11,65 +11,75 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import sys
 
 from probe.config import ProbeConfig
 from probe.endpoints import MetricsServer, build_app
 from probe.keys import KeyRing
 from probe.metrics import service_metrics
 from probe.signals import stop_on_signals
-from probe.spark.stage import SparkSinkStage
+from probe.spark.session import starts_own_jvm
+from probe.spark.stage import Ended, SparkSinkStage
 
 log = logging.getLogger(__name__)
-
-# How often the query and Spark's JVM are checked: a dead sink exits within this.
-WATCH_INTERVAL = 2.0
 
 
 async def serve_sink(
     config: ProbeConfig, keyring: KeyRing, stop: asyncio.Event | None = None
-) -> str | None:
+) -> Ended | None:
     """Serve until ``stop`` (or SIGTERM/SIGINT): None. If the sink ends by itself
-    first (its query failed or stopped, or Spark's JVM is gone): why."""
+    first (its query failed or stopped, made no first batch within
+    ``sink.first_batch_timeout``, or Spark's JVM is gone): why.
+
+    It does not restart its query (`run` does): a sink that cannot go on must not
+    live on serving stale metrics and a green /healthz. It exits, so whatever runs it
+    (spark-submit under a supervisor, a Deployment) restarts it from its checkpoint.
+    """
     stop = stop_on_signals(stop)
     registry, metrics = service_metrics(config, sink=True)
     metrics.declare_target(config.target)
     sink = SparkSinkStage(config, keyring, [metrics], metrics=metrics, registry=registry)
-    state = {"ready": False, "reason": "starting Spark"}
-
-    def readiness() -> tuple[bool, str]:
-        problem = sink.problem()
-        if problem is not None:
-            return False, problem
-        return bool(state["ready"]), str(state["reason"])
-
-    server = MetricsServer(build_app(registry, readiness), config.metrics.host, config.metrics.port)
+    server = MetricsServer(
+        build_app(registry, sink.readiness), config.metrics.host, config.metrics.port
+    )
     await server.start()
     try:
         await sink.start()
-        state.update(ready=True, reason="sink query running")
-        metrics.target_ready(config.target, True)
-        problem = await _watch(sink, stop)
-        if problem is not None:
-            log.error("sink stage ended: %s", problem)
-        return problem
+        ended = await sink.first_batch(config.sink.first_batch_timeout, stop)
+        if ended is None and not stop.is_set():
+            sink.ready = True
+            metrics.target_ready(config.target, True)
+            log.info("sink query running: first batch committed")
+            ended = await sink.running(stop)
+        if ended is not None:
+            log.error("sink stage ended: %s", ended.detail)
+        return ended
     finally:
         log.info("stopping the sink")
         await sink.stop()
         await server.stop()
 
 
-async def _watch(sink: SparkSinkStage, stop: asyncio.Event) -> str | None:
-    """Wait for ``stop``; return why the sink cannot go on if that comes first.
+class LastWords:
+    """Says why the sink ended where its supervisor reads it.
 
-    A sink whose query died, or whose JVM went away (spark-submit passes a signal to
-    the JVM only, and the JVM does not take its Python driver with it), must not live
-    on serving stale metrics and a green /healthz: it exits, so whatever runs it can
-    restart it from its checkpoint.
+    Under spark-submit this process's stderr is a pipe into the JVM, which copies it
+    to its own stderr; when the JVM went first (spark-submit was signalled) that pipe
+    leads nowhere. So the JVM's own stderr is opened at start, while it lives, and
+    the line goes there when the JVM is gone.
     """
-    while not stop.is_set():
-        problem = await asyncio.to_thread(sink.problem)
-        if problem is not None:
-            return problem
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), WATCH_INTERVAL)
-    return None
+
+    def __init__(self) -> None:
+        self._parent: int | None = None
+        if not starts_own_jvm():
+            with contextlib.suppress(OSError):
+                self._parent = os.open(f"/proc/{os.getppid()}/fd/2", os.O_WRONLY | os.O_APPEND)
+
+    def say(self, line: str, *, jvm_gone: bool) -> None:
+        data = (line.rstrip("\n") + "\n").encode()
+        with contextlib.suppress(OSError):
+            os.write(sys.stderr.fileno(), data)
+        if jvm_gone and self._parent is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._parent, data)

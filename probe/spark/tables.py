@@ -6,6 +6,9 @@ replayed after a failure replaces its output instead of adding to it.
 
 from __future__ import annotations
 
+import os
+import posixpath
+
 import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -81,10 +84,39 @@ def _write_table(uri: str, schema: pa.Schema, frame: pd.DataFrame, batch_id: int
     not need a Spark job, and the file name is fixed, so a replayed batch
     overwrites its own output instead of adding to it."""
     table = pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
-    # Hadoop names S3 `s3a://` (the checkpoint goes through Hadoop); Arrow, `s3://`.
-    if uri.startswith("s3a://"):
-        uri = "s3://" + uri.removeprefix("s3a://")
-    filesystem, root = pafs.FileSystem.from_uri(uri)
+    filesystem, root = filesystem_of(uri)
     directory = f"{root}/batch_id={batch_id}"
     filesystem.create_dir(directory, recursive=True)
     pq.write_table(table, f"{directory}/part-00000.parquet", filesystem=filesystem)
+
+
+def filesystem_of(uri: str) -> tuple[pafs.FileSystem, str]:
+    """Arrow's file system and path for a sink URI (a local path, ``file://``,
+    ``hdfs://``, ``s3a://``, ``gs://``...)."""
+    # Hadoop names S3 `s3a://` (the checkpoint goes through Hadoop); Arrow, `s3://`.
+    if uri.startswith("s3a://"):
+        uri = "s3://" + uri.removeprefix("s3a://")
+    if "://" not in uri:
+        uri = os.path.abspath(uri)
+    filesystem, path = pafs.FileSystem.from_uri(uri)
+    return filesystem, str(path)
+
+
+def read_text(uri: str) -> str | None:
+    """A small text file's content, None if there is none."""
+    filesystem, path = filesystem_of(uri)
+    if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+        return None
+    with filesystem.open_input_stream(path) as stream:
+        return bytes(stream.read()).decode("utf-8")
+
+
+def write_text(uri: str, text: str) -> None:
+    """Write a small text file whole: a temporary file moved over it, so a reader
+    sees the old content or the new, never a part."""
+    filesystem, path = filesystem_of(uri)
+    filesystem.create_dir(posixpath.dirname(path), recursive=True)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with filesystem.open_output_stream(temporary) as stream:
+        stream.write(text.encode("utf-8"))
+    filesystem.move(temporary, path)

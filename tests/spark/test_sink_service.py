@@ -214,12 +214,16 @@ async def test_the_standalone_sink_ends_when_its_query_does(
     )
     serving = asyncio.create_task(serve_sink(config, generate_key_ring(), asyncio.Event()))
 
-    # The sink serves on this event loop: ask it from a thread, never block the loop.
-    async def ready() -> bool:
-        return serving.done() or await asyncio.to_thread(http_status, port, "/readyz") == 200
+    def started() -> bool:
+        return serving.done() or any(q.name == "synthetic_sla_sink" for q in spark.streams.active)
 
-    await until(ready, SINK_UP, "the standalone sink ready", every=0.2)
+    await until(started, SINK_UP, "the standalone sink's query started", every=0.2)
+    # No canary, no batch: not ready, and saying why (asked from a thread: the sink
+    # serves on this event loop).
+    assert await asyncio.to_thread(http_status, port, "/readyz") == 503
     (query,) = [q for q in spark.streams.active if q.name == "synthetic_sla_sink"]
     await asyncio.to_thread(query.stop)
-    assert await asyncio.wait_for(serving, 30) == "sink query stopped"
+    ended = await asyncio.wait_for(serving, 30)
+    assert ended is not None
+    assert (ended.reason, ended.detail) == ("stopped", "sink query stopped")
     assert http_status(port, "/healthz") == 0  # its server is closed

@@ -1,0 +1,81 @@
+"""Spark settings the sink stage chooses, and how it names a failed query (pure: no
+Spark session started)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from probe.spark.health import failure_reason
+from probe.spark.kafka_source import starting_map
+from probe.spark.session import DEFAULT_CONF, executors_python, session_conf
+
+
+def test_the_probes_spark_settings_are_defaults_only() -> None:
+    given = {"spark.ui.enabled": "true", "spark.sql.shuffle.partitions": "64"}
+    settings = session_conf(given, {}, None)
+    assert settings["spark.ui.enabled"] == "true"
+    assert settings["spark.sql.shuffle.partitions"] == "64"
+    assert settings["spark.ui.showConsoleProgress"] == DEFAULT_CONF["spark.ui.showConsoleProgress"]
+    assert "spark.master" not in settings
+
+
+def test_sink_spark_conf_wins_over_spark_submit_and_the_master_over_both() -> None:
+    settings = session_conf(
+        {"spark.sql.shuffle.partitions": "64", "spark.master": "spark://m:7077"},
+        {"spark.sql.shuffle.partitions": "8", "spark.jars.packages": "g:a:1"},
+        "local[2]",
+    )
+    assert settings["spark.sql.shuffle.partitions"] == "8"
+    assert settings["spark.jars.packages"] == "g:a:1"
+    assert settings["spark.master"] == "local[2]"
+
+
+@pytest.mark.parametrize(
+    ("master", "settings", "expected"),
+    [
+        ("local[*]", {}, sys.executable),
+        ("local[2]", {"spark.pyspark.python": "/opt/env/bin/python"}, None),
+        ("spark://master:7077", {}, None),
+        (None, {}, None),
+    ],
+)
+def test_executors_get_this_interpreter_only_in_local_mode(
+    master: str | None, settings: dict[str, str], expected: str | None
+) -> None:
+    assert executors_python(master, settings) == expected
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        (None, "stopped"),
+        ("[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming "
+         "jobs detected for 0", "checkpoint"),
+        ("java.io.IOException: Failed to write to HDFSMetadataLog at s3a://b/_checkpoint/offsets",
+         "checkpoint"),
+        ("PythonException: File \"/app/probe/spark/kafka_source.py\", line 280, in latestOffset\n"
+         "kafka.errors.NoBrokersAvailable", "source"),
+        ("PythonException: OSError: [Errno 28] No space left on device: '/data/canaries'",
+         "batch"),
+    ],
+)  # fmt: skip
+def test_a_failed_query_is_named_by_what_failed(failure: str | None, reason: str) -> None:
+    assert failure_reason(failure) == reason
+
+
+@pytest.mark.parametrize(
+    ("starting", "expected"),
+    [("latest", None), ("earliest", None), ('{"0": 5, "3": 0}', {"0": 5, "3": 0})],
+)
+def test_starting_offsets_are_a_position_or_a_pinned_map(
+    starting: str, expected: dict[str, int] | None
+) -> None:
+    assert starting_map(starting) == expected
+
+
+@pytest.mark.parametrize("starting", ["newest", '{"a": 1}', '{"0": -1}', "[1, 2]", '{"0": "5"}'])
+def test_bad_starting_offsets_are_refused(starting: str) -> None:
+    with pytest.raises(ValueError, match="startingOffsets"):
+        starting_map(starting)
