@@ -80,7 +80,6 @@ from probe.target import TargetProbe
 MASTER = "local[2]"
 BACKLOG_PARTITIONS = 4
 TARGET_TRIGGERS = 2.0  # steady: sink p99 within this many trigger intervals
-FIRST_BATCH_TIMEOUT = 180.0  # query start and positioning batch: ~30-40 s here
 DRAIN_TIMEOUT = 120.0  # steady: canaries produced but without a sink fate by then: broken
 BACKLOG_TIMEOUT = 300.0
 
@@ -208,13 +207,13 @@ async def steady(servers: str, options: argparse.Namespace) -> None:
     consumer = asyncio.create_task(probe.consume())
     expiry = asyncio.create_task(probe.expire_forever())
     # The stage as `run --stages consumer,sink` starts it (the session is the one
-    # already up): query positioned, then one warm-up canary through, then canaries.
+    # already up): query started at pinned offsets, warm-up canaries through, then canaries.
     stage = SparkSinkStage(config, keyring, [OwnCanaries(tally, config.probe_id)])
     settings = stage.settings
     began = time.monotonic()
     try:
         await stage.start()
-        print(f"  sink query positioned (first batch) after {time.monotonic() - began:.1f} s")
+        print(f"  sink query started (offsets pinned) after {time.monotonic() - began:.1f} s")
         await stage.warm_up(probe.transport.send, probe.partitions, config.probe_id)
         print(f"  warm-up canary through the sink after {time.monotonic() - began:.1f} s")
         job = stage.job

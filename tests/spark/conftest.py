@@ -1,4 +1,5 @@
-"""Spark fixtures: one local Spark session for the whole run (start-up costs ~10 s)."""
+"""Spark fixtures: one local Spark session for the whole run (start-up costs ~10 s),
+and one Spark standalone cluster."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from probe.spark.session import sink_session
+from tests.spark.cluster import SparkCluster, standalone_cluster
 
 
 @pytest.fixture(scope="session")
@@ -17,3 +19,10 @@ def spark() -> Iterator[SparkSession]:
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """One Spark standalone cluster for the run, started by the first test that asks."""
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster
