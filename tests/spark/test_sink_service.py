@@ -189,6 +189,12 @@ def test_the_standalone_sink_runs_under_spark_submit(
         # JVM go and exits too, instead of serving a green /healthz for a dead sink.
         assert sink.wait(60) in (0, 128 + signal.SIGTERM), log.read_text()[-3000:]
         wait_for(lambda: http_status(port, "/healthz") == 0, timeout=30, what="driver gone")
+        # Its reason reaches spark-submit's stderr although the JVM it went through is gone.
+        wait_for(
+            lambda: "sla-probe: sink stage ended: Spark's JVM is gone" in log.read_text(),
+            timeout=30,
+            what="the driver's reason line",
+        )
     finally:
         if sink.poll() is None:
             sink.kill()
