@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from probe.spark.health import failure_reason
+from probe.spark.health import failure_reason, failure_summary
 from probe.spark.kafka_source import starting_map
 from probe.spark.session import DEFAULT_CONF, executors_python, session_conf
 
@@ -47,6 +47,18 @@ def test_executors_get_this_interpreter_only_in_local_mode(
     assert executors_python(master, settings) == expected
 
 
+FOREACH_FAILURE = """\
+[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in \
+foreach batch sink. Reason: An exception was raised by the Python Proxy. Return Message: \
+Traceback (most recent call last):
+  File "/work/probe/spark/sink.py", line 261, in commit_batch
+    write_batch(self.settings.path, rows, batch_id, commit_ns)
+OSError: [Errno 28] No space left on device: '/data/my_checkpoint_tests/canaries'
+ SQLSTATE: 39000
+\tat org.apache.spark.sql.execution.streaming.sources.ForeachBatchSink.callBatchWriter(x:60)
+"""
+
+
 @pytest.mark.parametrize(
     ("failure", "reason"),
     [
@@ -59,6 +71,11 @@ def test_executors_get_this_interpreter_only_in_local_mode(
          "kafka.errors.NoBrokersAvailable", "source"),
         ("PythonException: OSError: [Errno 28] No space left on device: '/data/canaries'",
          "batch"),
+        # A Python error in the batch, the sink under a path naming a checkpoint.
+        (FOREACH_FAILURE, "batch"),
+        ("[STREAM_FAILED] Query [id = 1] terminated with exception: "
+         "[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading state.",
+         "checkpoint"),
     ],
 )  # fmt: skip
 def test_a_failed_query_is_named_by_what_failed(failure: str | None, reason: str) -> None:
@@ -79,3 +96,23 @@ def test_starting_offsets_are_a_position_or_a_pinned_map(
 def test_bad_starting_offsets_are_refused(starting: str) -> None:
     with pytest.raises(ValueError, match="startingOffsets"):
         starting_map(starting)
+
+
+@pytest.mark.parametrize(
+    ("failure", "summary"),
+    [
+        (
+            FOREACH_FAILURE,
+            "[FOREACH_BATCH_USER_FUNCTION_ERROR] OSError: [Errno 28] No space left on device: "
+            "'/data/my_checkpoint_tests/canaries'",
+        ),
+        (
+            "[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming "
+            "jobs detected for 12\n\tat org.apache.spark...",
+            "[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming "
+            "jobs detected for 12",
+        ),
+    ],
+)
+def test_a_failed_query_is_said_in_one_line(failure: str, summary: str) -> None:
+    assert failure_summary(failure) == summary

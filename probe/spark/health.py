@@ -37,17 +37,26 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from probe.metrics import SinkQueryMetrics
 
-# What a failed query's error names, most specific first. Spark's error text is its
-# whole stack; the checkpoint's classes and error classes are stable across versions.
+# Spark's error classes (``[CLASS_NAME]`` in its messages) by the restart reason they
+# mean, as prefixes; the first class in a message that has a family decides.
+_ERROR_CLASS_FAMILIES = (
+    ("FOREACH_BATCH_USER_FUNCTION_ERROR", "batch"),
+    ("CONCURRENT_STREAM_LOG_UPDATE", "checkpoint"),
+    ("CONCURRENT_QUERY", "checkpoint"),
+    ("STATE_STORE", "checkpoint"),
+    ("CANNOT_LOAD_STATE_STORE", "checkpoint"),
+    ("STREAMING_CHECKPOINT", "checkpoint"),
+    ("PYTHON_DATA_SOURCE", "source"),
+    ("PYTHON_STREAMING_DATA_SOURCE", "source"),
+)
+_ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_.]+)\]")
+# Without a known class, the JVM classes of the checkpoint and the source's own names.
+# (Never a bare "checkpoint": the sink's path may well contain the word.)
 _CHECKPOINT = re.compile(
-    r"CONCURRENT_STREAM_LOG_UPDATE|CONCURRENT_QUERY|HDFSMetadataLog|OffsetSeqLog|CommitLog"
-    r"|CheckpointFileManager|StateStore|STREAMING_STATEFUL_OPERATOR|checkpoint",
-    re.IGNORECASE,
+    r"HDFSMetadataLog|OffsetSeqLog|CommitLog|CheckpointFileManager|StateStoreProvider"
 )
-_SOURCE = re.compile(
-    r"kafka_source|KafkaStreamReader|PYTHON_STREAMING_DATA_SOURCE|KafkaError|"
-    r"NoBrokersAvailable|initialOffset|latestOffset",
-)
+_SOURCE = re.compile(r"kafka_source\.py|KafkaStreamReader|NoBrokersAvailable|KafkaError")
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 def failure_reason(failure: str | None) -> str:
@@ -61,11 +70,42 @@ def failure_reason(failure: str | None) -> str:
     """
     if failure is None:
         return "stopped"
+    for error_class in _ERROR_CLASS.findall(failure):
+        for prefix, reason in _ERROR_CLASS_FAMILIES:
+            if error_class.startswith(prefix):
+                return reason
     if _CHECKPOINT.search(failure):
         return "checkpoint"
     if _SOURCE.search(failure):
         return "source"
     return "batch"
+
+
+def failure_summary(failure: str) -> str:
+    """One line for a log or /readyz: Spark's error class and, when Python raised,
+    the Python exception's own line (not py4j's "An exception was raised by the
+    Python Proxy"), else the message's first line.
+    """
+    lines = [line.strip() for line in failure.splitlines() if line.strip()]
+    if not lines:
+        return failure
+    error_class = _ERROR_CLASS.match(lines[0])
+    prefix = f"[{error_class.group(1)}] " if error_class else ""
+    if _TRACEBACK in failure:
+        after = failure.split(_TRACEBACK, 1)[1].splitlines()
+        # The traceback ends at the exception's line: the first unindented line after
+        # the frames (Spark appends its SQLSTATE and the JVM stack after it).
+        raised = next(
+            (
+                line.strip()
+                for line in after[1:]
+                if line and not line[0].isspace() and not line.startswith("SQLSTATE")
+            ),
+            None,
+        )
+        if raised:
+            return (prefix + raised)[:500]
+    return lines[0][:500]
 
 
 def parse_spark_time(text: str | None) -> int | None:

@@ -32,7 +32,7 @@ from probe.judge import StreamKey
 from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics
 from probe.restarts import RestartState, RestartStrategy, after_failure
-from probe.spark.health import SparkHealth, failure_reason
+from probe.spark.health import SparkHealth, failure_reason, failure_summary
 from probe.spark.session import starts_own_jvm
 from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
 from probe.stage import Recorder
@@ -477,7 +477,7 @@ class SparkSinkStage:
         if failure is None:
             return Ended("stopped", "sink query stopped")
         text = str(failure)
-        return Ended(failure_reason(text), f"sink query failed: {_first_line(text)}")
+        return Ended(failure_reason(text), f"sink query failed: {failure_summary(text)}")
 
     def problem(self) -> str | None:
         """Why the sink stage is not judging: given up, failed, restarting; None while
@@ -508,7 +508,3 @@ class SparkSinkStage:
         if self._temp is not None:
             self._temp.cleanup()
 
-
-def _first_line(text: str) -> str:
-    """A Spark error's first line: its message, without the JVM's stack."""
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)[:500]
