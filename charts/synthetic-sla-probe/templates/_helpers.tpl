@@ -69,8 +69,9 @@ The probe's config file: the user's `config` with the settings the chart owns la
 it. The metrics section is the chart's: the port must match the container port and the
 Service, and latency_threshold (sink.latency_threshold for the Spark sink) must be the
 SLO threshold the rules read a bucket at.
-With Spark on, the sink stage is added and its allowed lateness is the one the
-watermark-skew alert is built from.
+With Spark on, the sink stage is added with spark.allowedLatenessSeconds as its allowed
+lateness, which the probe's watermark-skew threshold (the skew SLO's) is twice of unless
+config.sink.skew_threshold sets it.
 */}}
 {{- define "synthetic-sla-probe.configFile" -}}
 {{- $config := deepCopy .Values.config -}}
