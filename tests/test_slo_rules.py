@@ -121,7 +121,7 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
             check=False,
         )
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 28 rules found" in result.stdout
+        assert "SUCCESS: 43 rules found" in result.stdout
 
 
 @pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda path: path.stem)
@@ -192,6 +192,7 @@ def test_values_reach_the_thresholds() -> None:
         "slo": {
             "availability": {"objective": 0.995},
             "latency": {"objective": 0.95, "thresholdSeconds": 0.25},
+            "sink": {"skewObjective": 0.98},
         },
         "alerts": {
             "severityLabels": {"page": "P1", "ticket": "P3"},
@@ -203,8 +204,13 @@ def test_values_reach_the_thresholds() -> None:
         alerts.setdefault(alert["alert"], []).append(alert)
     (silent,) = alerts["SyntheticSlaPartitionSilent"]
     assert silent["expr"].endswith("> 90")  # max(60 s, 3 x 30 s)
-    (skew,) = alerts["SyntheticSlaWatermarkSkew"]
-    assert skew["expr"].endswith("> 180")  # 2 x 90 s
+    skew_page, skew_ticket = alerts["SyntheticSlaWatermarkSkewBudgetBurn"]
+    skew_sli = "target:synthetic_sla_watermark_skew:ratio_rate1h"
+    assert f"(1 - {skew_sli}) / (1 - 0.98) > 14.4" in skew_page["expr"]
+    assert [skew_page["labels"]["severity"], skew_ticket["labels"]["severity"]] == ["P1", "P3"]
+    # The probe holds the skew threshold; the text names it: 2 x 90 s by default.
+    skew_text = skew_page["annotations"]["description"]
+    assert "(180s, twice the allowed lateness of 90s; objective 0.98)" in skew_text
     assert "(1 - 0.995) > 14.4" in alerts["SyntheticSlaAvailabilityBudgetBurn"][0]["expr"]
     assert "(1 - 0.95) > 1" in alerts["SyntheticSlaLatencyBudgetBurn"][1]["expr"]
     assert [a["labels"]["severity"] for a in alerts["SyntheticSlaLatencyBudgetBurn"]] == [
@@ -216,6 +222,58 @@ def test_values_reach_the_thresholds() -> None:
     recorded = {rule["record"]: rule["expr"] for rule in _rules(groups) if "record" in rule}
     latency = recorded["target_stage:synthetic_sla_latency:ratio_rate1h"]
     assert 'le=~"0\\\\.25(\\\\.0)?"' in latency
+
+
+def test_values_reach_the_sink_query_gates() -> None:
+    values = {
+        "config": {"sink": {"skew_threshold": "3m"}},
+        "alerts": {
+            "sinkQueryDown": {"enabled": True, "severity": "ticket", "for": "8m"},
+            "sinkRestartLoop": {
+                "enabled": True,
+                "severity": "page",
+                "window": "15m",
+                "restarts": 5,
+            },
+            "sinkCheckpointFailing": {"enabled": True, "severity": "ticket", "window": "30m"},
+            "sinkCheckpointSlow": {
+                "enabled": True,
+                "severity": "ticket",
+                "for": "20m",
+                "window": "15m",
+                "baselineWindow": "7d",
+                "factor": 3,
+                "floorSeconds": 2.5,
+            },
+            "sinkLagGrowing": {"enabled": False, "severity": "ticket"},
+        },
+    }
+    groups = render_rules.render_rule_groups(values)
+    alerts: dict[str, list[dict[str, Any]]] = {}
+    for alert in _alerts(groups):
+        alerts.setdefault(alert["alert"], []).append(alert)
+    given_up, down = alerts["SyntheticSlaSinkQueryDown"]
+    assert "for" not in given_up  # a latched gauge
+    assert (down["for"], down["labels"]["severity"]) == ("8m", "warning")
+    assert [given_up["labels"]["state"], down["labels"]["state"]] == ["given_up", "down"]
+    (loop,) = alerts["SyntheticSlaSinkRestartLoop"]
+    assert loop["expr"].endswith("[15m])) >= 5")
+    assert loop["labels"]["severity"] == "critical"
+    (failing,) = alerts["SyntheticSlaSinkCheckpointFailing"]
+    assert 'reason="checkpoint"}[30m]' in failing["expr"]
+    (slow,) = alerts["SyntheticSlaSinkCheckpointSlow"]
+    assert slow["for"] == "20m"
+    assert "> 3 * (" in slow["expr"]
+    assert "_sum[7d]" in slow["expr"]
+    assert "_count[15m]" in slow["expr"]
+    assert slow["expr"].endswith(") > 2.5")
+    assert "SyntheticSlaSinkLagGrowing" not in alerts
+    # A skew threshold set in the probe's config is the one the skew alerts name.
+    skew_text = alerts["SyntheticSlaWatermarkSkewBudgetBurn"][0]["annotations"]["description"]
+    assert "(3m, config.sink.skew_threshold; objective 0.99)" in skew_text
+    recorded = {rule["record"] for rule in _rules(groups) if "record" in rule}
+    windows = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+    assert {f"target:synthetic_sla_watermark_skew:ratio_rate{w}" for w in windows} <= recorded
 
 
 # -- documented -----------------------------------------------------------------------------
@@ -381,15 +439,18 @@ def _ready(port: int) -> bool:
 
 
 def test_documented_inhibition_holds_in_alertmanager(alertmanager: int) -> None:
-    """A silent partition suppresses the watermark-skew page of its target, not of
-    another target; a fast-burn page suppresses the slow-burn ticket of its SLO."""
+    """A silent partition suppresses the watermark-skew burn alerts of its target, not
+    of another target; a fast-burn page suppresses the slow-burn ticket of its SLO."""
     # Label sets as the rules produce them (see the ALERTS series in tests/rules/).
     silent = {"stage": "consumer", "partition": "2"}
     sink = {"stage": "sink"}
+    skew = {"slo": "watermark_skew"}
     firing = [
         ("SyntheticSlaPartitionSilent", "orders", "critical", silent),
-        ("SyntheticSlaWatermarkSkew", "orders", "critical", {}),
-        ("SyntheticSlaWatermarkSkew", "payments", "critical", {}),
+        ("SyntheticSlaWatermarkSkewBudgetBurn", "orders", "critical", skew),
+        ("SyntheticSlaWatermarkSkewBudgetBurn", "orders", "warning", skew),
+        ("SyntheticSlaWatermarkSkewBudgetBurn", "payments", "critical", skew),
+        ("SyntheticSlaWatermarkSkewBudgetBurn", "payments", "warning", skew),
         (
             "SyntheticSlaAvailabilityBudgetBurn",
             "orders",
@@ -416,8 +477,11 @@ def test_documented_inhibition_holds_in_alertmanager(alertmanager: int) -> None:
     )
     expected = {
         ("SyntheticSlaPartitionSilent", "orders", "critical"): "active",
-        ("SyntheticSlaWatermarkSkew", "orders", "critical"): "suppressed",
-        ("SyntheticSlaWatermarkSkew", "payments", "critical"): "active",
+        ("SyntheticSlaWatermarkSkewBudgetBurn", "orders", "critical"): "suppressed",
+        ("SyntheticSlaWatermarkSkewBudgetBurn", "orders", "warning"): "suppressed",
+        # Another target's skew pages; its own page makes its ticket the same news.
+        ("SyntheticSlaWatermarkSkewBudgetBurn", "payments", "critical"): "active",
+        ("SyntheticSlaWatermarkSkewBudgetBurn", "payments", "warning"): "suppressed",
         ("SyntheticSlaAvailabilityBudgetBurn", "orders", "critical"): "active",
         ("SyntheticSlaAvailabilityBudgetBurn", "orders", "warning"): "suppressed",
         # No latency page: its ticket stays.

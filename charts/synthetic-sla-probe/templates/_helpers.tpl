@@ -94,6 +94,8 @@ their types). The metrics section is the chart's: the port must match the contai
 port and the Service, and latency_threshold (sink.latency_threshold for the Spark sink)
 must be the SLO threshold the rules read a bucket at. `stages`, if given, comes out as
 a list without the sink: the sink runs only in its own workload (spark.enabled).
+The sink's allowed lateness is spark.allowedLatenessSeconds, which the watermark-skew
+threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it.
 */}}
 {{- define "synthetic-sla-probe.baseConfig" -}}
 {{- $values := .root.Values -}}

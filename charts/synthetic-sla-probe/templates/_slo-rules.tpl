@@ -8,7 +8,8 @@ Prometheus' own alert templates ({{ $labels.target }}, {{ $value }}) are written
 Helm raw strings ({{` ... `}}) so Helm passes them through untouched.
 
 Every SLI is per (target, stage) and sums over probe replicas: all canaries of a target's
-stage count towards its SLO, whichever replica sent them.
+stage count towards its SLO, whichever replica sent them. The Spark sink's watermark-skew
+SLI is per target: only the sink stage has a watermark.
 */}}
 {{- define "synthetic-sla-probe.ruleGroups" -}}
 {{- $slo := .Values.slo -}}
@@ -36,19 +37,42 @@ for 1d and 1x for 3d spend 10%.
 {{- $burnAlerts := list
   (dict "severity" "page" "pairs" (list (list "1h" "5m" "14.4") (list "6h" "30m" "6")))
   (dict "severity" "ticket" "pairs" (list (list "1d" "2h" "3") (list "3d" "6h" "1"))) -}}
+{{- /*
+The skew threshold is the probe's (sink.skew_threshold, by default twice the allowed
+lateness): the probe counts the seconds under it, so the rules never need the number;
+it is named here for the alert's text only.
+*/ -}}
+{{- $allowedLateness := $.Values.spark.allowedLatenessSeconds -}}
+{{- $skewThreshold := printf "%vs, twice the allowed lateness of %vs" (mulf 2 $allowedLateness) $allowedLateness -}}
+{{- with dig "sink" "skew_threshold" "" $.Values.config -}}
+{{- $skewThreshold = printf "%v, config.sink.skew_threshold" . -}}
+{{- end -}}
+{{- $stageSubject := dict "record" "target_stage" "prefix" `{{ $labels.target }}/{{ $labels.stage }}: ` "subject" "Stage {{ $labels.stage }} of target {{ $labels.target }}" -}}
 {{- $slis := list
-  (dict
+  (merge (dict
     "name" "availability"
+    "budget" "availability"
     "alert" "SyntheticSlaAvailabilityBudgetBurn"
     "objective" $slo.availability.objective
     "summary" "canaries are lost, late or not acknowledged fast enough to exhaust the availability error budget"
-    "meaning" (printf "of canaries delivered (objective %v); the rest were lost, late or never acknowledged" $slo.availability.objective))
-  (dict
+    "meaning" (printf "of canaries delivered (objective %v); the rest were lost, late or never acknowledged" $slo.availability.objective)) $stageSubject)
+  (merge (dict
     "name" "latency"
+    "budget" "latency"
     "alert" "SyntheticSlaLatencyBudgetBurn"
     "objective" $slo.latency.objective
     "summary" (printf "canaries slower than the latency threshold (%vs; the Spark sink %vs) exhaust the latency error budget" $threshold $sinkThreshold)
-    "meaning" (printf "of arrived canaries within %vs, or %vs in the Spark sink stage (objective %v)" $threshold $sinkThreshold $slo.latency.objective)) -}}
+    "meaning" (printf "of arrived canaries within %vs, or %vs in the Spark sink stage (objective %v)" $threshold $sinkThreshold $slo.latency.objective)) $stageSubject)
+  (dict
+    "name" "watermark_skew"
+    "budget" "watermark-skew"
+    "alert" "SyntheticSlaWatermarkSkewBudgetBurn"
+    "objective" $slo.sink.skewObjective
+    "record" "target"
+    "prefix" `{{ $labels.target }}/sink: `
+    "subject" "The Spark sink of target {{ $labels.target }}"
+    "summary" "the event-time watermark lags the clock by more than the skew threshold often enough to exhaust the watermark-skew error budget"
+    "meaning" (printf "of time its event-time watermark lagged the clock by less than the probe's skew threshold (%s; objective %v). The probe counts these seconds at every scrape, so a stalled or stopped query burns the budget with no record arriving. A silent partition on the same target inhibits this alert: it is the cause, fix it first" $skewThreshold $slo.sink.skewObjective)) -}}
 groups:
   - name: synthetic-sla-probe.sli
     rules:
@@ -63,6 +87,10 @@ groups:
           sli: latency
           threshold_seconds: {{ $threshold | toString | quote }}
           sink_threshold_seconds: {{ $sinkThreshold | toString | quote }}
+      - record: synthetic_sla:objective:ratio
+        expr: vector({{ $slo.sink.skewObjective }})
+        labels:
+          sli: watermark_skew
       # Availability: delivered canaries over all outcomes (delivered, late, lost,
       # produce_failed). Latency: arrived canaries at or under the stage's threshold,
       # read off its histogram bucket, over all arrived canaries. The Spark sink is a
@@ -84,6 +112,18 @@ groups:
           /
           sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_count[{{ $window }}]))
       {{- end }}
+      # Watermark skew: seconds the Spark sink's watermark lagged the clock by less
+      # than the probe's sink.skew_threshold, over all seconds observed. The probe
+      # advances both counters at every scrape and progress event, computed from the
+      # clock, so a stalled or stopped query keeps adding bad seconds while no record
+      # arrives.
+      {{- range $window := $windows }}
+      - record: target:synthetic_sla_watermark_skew:ratio_rate{{ $window }}
+        expr: |-
+          sum by (target) (rate(synthetic_sla_watermark_skew_good_seconds_total[{{ $window }}]))
+          /
+          sum by (target) (rate(synthetic_sla_watermark_skew_observed_seconds_total[{{ $window }}]))
+      {{- end }}
   - name: synthetic-sla-probe.slo-alerts
     rules:
       {{- range $sli := $slis }}
@@ -97,9 +137,9 @@ groups:
           or
           {{- end }}
           (
-            (1 - target_stage:synthetic_sla_{{ $sli.name }}:ratio_rate{{ index $pair 0 }}) / (1 - {{ $sli.objective }}) > {{ index $pair 2 }}
+            (1 - {{ $sli.record }}:synthetic_sla_{{ $sli.name }}:ratio_rate{{ index $pair 0 }}) / (1 - {{ $sli.objective }}) > {{ index $pair 2 }}
             and
-            (1 - target_stage:synthetic_sla_{{ $sli.name }}:ratio_rate{{ index $pair 1 }}) / (1 - {{ $sli.objective }}) > {{ index $pair 2 }}
+            (1 - {{ $sli.record }}:synthetic_sla_{{ $sli.name }}:ratio_rate{{ index $pair 1 }}) / (1 - {{ $sli.objective }}) > {{ index $pair 2 }}
           )
           {{- end }}
         labels:
@@ -109,8 +149,8 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: {{ printf "%s%s" `{{ $labels.target }}/{{ $labels.stage }}: ` $sli.summary | quote }}
-          description: {{ printf "Stage {{ $labels.stage }} of target {{ $labels.target }} spends its %s error budget {{ $value | humanize }}x faster than sustainable (windows %s). The SLI is the share %s." $sli.name (include "synthetic-sla-probe.pairsText" $burn.pairs) $sli.meaning | quote }}
+          summary: {{ printf "%s%s" $sli.prefix $sli.summary | quote }}
+          description: {{ printf "%s spends its %s error budget {{ $value | humanize }}x faster than sustainable (windows %s). The SLI is the share %s." $sli.subject $sli.budget (include "synthetic-sla-probe.pairsText" $burn.pairs) $sli.meaning | quote }}
           runbook_url: {{ printf "%s#%s" $runbook (lower $sli.alert) }}
       {{- end }}
       {{- end }}
@@ -135,13 +175,100 @@ groups:
           runbook_url: {{ printf "%s#syntheticslapartitionsilent" $runbook }}
       {{- end }}
       {{- end }}
-      {{- with $alerts.watermarkSkew }}
+      {{- /*
+The Spark sink query's categorical gates (seed 001): they name the mechanism the
+watermark-skew SLO cannot. Each is per target, like the series they read.
+*/ -}}
+      {{- with $alerts.sinkQueryDown }}
       {{- if .enabled }}
-      {{- $skewAbove := mulf 2 $.Values.spark.allowedLatenessSeconds }}
-      # A healthy sink's watermark trails now by the allowed lateness plus about one
-      # interval; twice the allowed lateness means event time has stopped advancing.
-      - alert: SyntheticSlaWatermarkSkew
-        expr: max by (target) (synthetic_sla_watermark_skew_seconds) > {{ $skewAbove }}
+      # Given up: the restart strategy hit its failure-rate cap and nothing restarts the
+      # query until the probe restarts. The gauge is latched, so it needs no `for`.
+      - alert: SyntheticSlaSinkQueryDown
+        expr: max by (target) (synthetic_sla_spark_query_failed) == 1
+        labels:
+          severity: {{ index $severity .severity }}
+          state: given_up
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.target }}: the Spark sink query was given up after repeated failures` | quote }}
+          description: {{ `The probe's restart strategy for the Spark sink query of target {{ $labels.target }} hit its failure-rate cap and stopped restarting it. The sink stage judges nothing until the probe restarts: its availability and latency SLIs have no data, and the watermark-skew budget burns. The probe stays up and reports not ready.` | quote }}
+          runbook_url: {{ printf "%s#syntheticslasinkquerydown" $runbook }}
+      # Down (stopped, restarting, or failing to start) for longer than a restart with
+      # its backoff and a cold first batch take.
+      - alert: SyntheticSlaSinkQueryDown
+        expr: |-
+          (min by (target) (synthetic_sla_spark_query_up) == 0)
+          unless
+          (max by (target) (synthetic_sla_spark_query_failed) == 1)
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          state: down
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}: the Spark sink query has been down for %s" .for | quote }}
+          description: {{ printf "The Spark sink query of target {{ $labels.target }} has not been running for %s: it stopped and is waiting to restart, or its start attempts fail. While it is down the sink stage judges nothing and the watermark-skew budget burns. synthetic_sla_spark_query_restarts_total says why it went down (reason)." .for | quote }}
+          runbook_url: {{ printf "%s#syntheticslasinkquerydown" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.sinkRestartLoop }}
+      {{- if .enabled }}
+      # A count over a window holds the alert for that window: a `for` on top would only
+      # fire it late, or after the loop had ended.
+      - alert: SyntheticSlaSinkRestartLoop
+        expr: sum by (target) (increase(synthetic_sla_spark_query_restarts_total[{{ .window }}])) >= {{ .restarts }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}: the Spark sink query restarted {{ printf \"%%.0f\" $value }} times in %s" .window | quote }}
+          description: {{ printf "The Spark sink query of target {{ $labels.target }} restarted {{ printf \"%%.0f\" $value }} times in the last %s (threshold %v): it keeps failing and the restart strategy keeps bringing it back, and every restart is a gap in the sink stage. synthetic_sla_spark_query_restarts_total by reason (checkpoint, source, batch, stopped, start) says why. If the failures go on, the strategy gives up and SyntheticSlaSinkQueryDown pages." .window .restarts | quote }}
+          runbook_url: {{ printf "%s#syntheticslasinkrestartloop" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.sinkCheckpointFailing }}
+      {{- if .enabled }}
+      # Checkpoint health, failures: the query died writing or reading its checkpoint
+      # (offset log, commit log, state). Held for the window, like the restart loop.
+      - alert: SyntheticSlaSinkCheckpointFailing
+        expr: sum by (target) (increase(synthetic_sla_spark_query_restarts_total{reason="checkpoint"}[{{ .window }}])) > 0
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}: the Spark sink query failed on its checkpoint in the last %s" .window | quote }}
+          description: {{ printf "The Spark sink query of target {{ $labels.target }} died writing or reading its checkpoint (offset log, commit log or state store) in the last %s and was restarted from it. The checkpoint's storage is failing (unreachable, throttling, out of space, no permission) or the checkpoint is damaged; a damaged one fails again on every restart." .window | quote }}
+          runbook_url: {{ printf "%s#syntheticslasinkcheckpointfailing" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.sinkCheckpointSlow }}
+      {{- if .enabled }}
+      {{- $recent := printf "sum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_sum[%s]))\n/\nsum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_count[%s]))" .window .window }}
+      # Checkpoint health, duration: the mean commit time per micro-batch (offset WAL and
+      # commit log) over the recent window against its own mean over the baseline
+      # window, with an absolute floor so a fast checkpoint's noise never fires it.
+      - alert: SyntheticSlaSinkCheckpointSlow
+        expr: |-
+          (
+            {{- $recent | nindent 12 }}
+          )
+          > {{ .factor }} * (
+            sum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_sum[{{ .baselineWindow }}]))
+            /
+            sum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_count[{{ .baselineWindow }}]))
+          )
+          and
+          (
+            {{- $recent | nindent 12 }}
+          ) > {{ .floorSeconds }}
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -149,9 +276,31 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: {{ `{{ $labels.target }}: the Spark sink's event-time watermark is {{ $value | humanizeDuration }} behind` | quote }}
-          description: {{ printf "The Spark sink stage of target {{ $labels.target }} has a watermark {{ $value | humanizeDuration }} behind now, more than twice the allowed lateness of %vs. Event-time windows do not close and state grows. A silent partition on the same target inhibits this alert: fix that first." $.Values.spark.allowedLatenessSeconds | quote }}
-          runbook_url: {{ printf "%s#syntheticslawatermarkskew" $runbook }}
+          summary: {{ printf "{{ $labels.target }}: the Spark sink's checkpoint commits take {{ $value | humanizeDuration }}, over %vx their %s mean" .factor .baselineWindow | quote }}
+          description: {{ printf "The Spark sink query of target {{ $labels.target }} took {{ $value | humanizeDuration }} per micro-batch on average over the last %s to write its offset WAL and commit log: more than %vx its own mean over %s, and above the %vs floor, for %s. Every batch waits for its commit, so a slow checkpoint store (object-store throttling, a slow or full volume) delays every canary and ends in a stalled query." .window .factor .baselineWindow .floorSeconds .for | quote }}
+          runbook_url: {{ printf "%s#syntheticslasinkcheckpointslow" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.sinkLagGrowing }}
+      {{- if .enabled }}
+      # Growing, not merely non-zero: higher than five minutes before at every evaluation
+      # for the whole `for`. A healthy sink's lag jumps between 0 and a few records and
+      # breaks the streak at once; a steady backlog does not grow.
+      - alert: SyntheticSlaSinkLagGrowing
+        expr: |-
+          sum by (target) (synthetic_sla_spark_source_lag_records)
+          >
+          sum by (target) (synthetic_sla_spark_source_lag_records offset 5m)
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}: the Spark sink's source lag has grown for %s, to {{ $value | humanize }} records" .for | quote }}
+          description: {{ printf "The Spark sink query of target {{ $labels.target }} has fallen further behind its Kafka source at every evaluation for %s (lag above its value five minutes before), now {{ $value | humanize }} records: it reads slower than the topic grows. Canaries wait longer and longer in Kafka before the sink judges them." .for | quote }}
+          runbook_url: {{ printf "%s#syntheticslasinklaggrowing" $runbook }}
       {{- end }}
       {{- end }}
       {{- with $alerts.invalidCanaries }}
