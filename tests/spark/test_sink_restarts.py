@@ -81,6 +81,11 @@ async def supervised(
         await target.close()
 
 
+def _sink_outcomes(tally: Tally) -> dict[str, int]:
+    stage = tally.stages.get("sink")
+    return dict(stage.outcomes) if stage else {}
+
+
 def _restarts(registry: CollectorRegistry, reason: str) -> float:
     value = registry.get_sample_value(
         "synthetic_sla_spark_query_restarts_total", {"target": "kafka", "reason": reason}
@@ -103,10 +108,8 @@ async def test_a_failed_batch_restarts_the_query_from_its_checkpoint(
         assert reg.get_sample_value("synthetic_sla_spark_query_up", {"target": "kafka"}) == 1
         for _ in range(3):
             await target.produce_round()
-        await until(
-            lambda: sum(tally.stages["sink"].outcomes.values()) >= 9, 120, "nine sink verdicts"
-        )
-        assert dict(tally.stages["sink"].outcomes) == {"delivered": 9}
+        await until(lambda: sum(_sink_outcomes(tally).values()) >= 9, 120, "nine sink verdicts")
+        assert _sink_outcomes(tally) == {"delivered": 9}
     # The replayed batch replaced its own output: every canary once, none missing.
     table = pq.read_table(tmp_path / "sink" / "canaries").to_pandas()
     own = table[table["probe_id"] == "restarts-under-test"]
@@ -170,13 +173,7 @@ async def test_the_starting_offsets_are_kept_in_the_checkpoint(
         await asyncio.to_thread(job.start)
         try:
             await until(
-                lambda: (
-                    sum(tally.stages["sink"].outcomes.values()) >= 6
-                    if "sink" in tally.stages
-                    else False
-                ),
-                SINK_UP,
-                "six sink verdicts",
+                lambda: sum(_sink_outcomes(tally).values()) >= 6, SINK_UP, "six sink verdicts"
             )
         finally:
             await asyncio.to_thread(job.stop)
