@@ -84,6 +84,7 @@ async def serve(
         supervisor = None
         if sink is not None and target.kind is TargetKind.KAFKA:
             supervisor = asyncio.create_task(sink.supervise(target, stop), name="sink stage")
+            supervisor.add_done_callback(_report_crash)
             await _sink_head_start(sink, supervisor)
         consumer = asyncio.create_task(target.consume(), name=f"consume {target.target}")
         try:
@@ -118,6 +119,13 @@ async def serve(
     if sink is not None:
         await sink.stop()
     await server.stop()
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    """A sink supervisor that died of an error it does not handle: say so, loudly (the
+    probe goes on; /readyz stays false on the sink's last state)."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("sink stage supervisor crashed: %r", error, exc_info=error)
 
 
 async def _sink_head_start(sink: SparkSinkStage, supervisor: asyncio.Task[None]) -> None:

@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# What a call into Spark's JVM raises once the JVM is gone: py4j's errors, or the
+# refused connection itself when py4j tries to reconnect.
+JVM_GONE = (Py4JError, ConnectionError)
+
 # How long `once` waits for its warm-up (the query's first batch) when
 # sink.first_batch_timeout is unset: a smoke test must end. Spark's start (~8 s here)
 # plus a first micro-batch of a Python source (~8-14 s); minutes on a cold cluster.
@@ -330,7 +334,7 @@ class SparkSinkStage:
     def _restart_blocking(self) -> None:
         assert self.job is not None
         job = self.job
-        with contextlib.suppress(Py4JError):  # a dead query or JVM: nothing to stop
+        with contextlib.suppress(*JVM_GONE):  # a dead query or JVM: nothing to stop
             job.stop()
         if not self._jvm_alive(job):
             # Local mode: the JVM was this process's child. A new one, a new job.
@@ -346,7 +350,7 @@ class SparkSinkStage:
         """Whether the job's Spark context still answers (a round trip to the JVM)."""
         try:
             return not job.spark.sparkContext._jsc.sc().isStopped()
-        except Py4JError:
+        except JVM_GONE:
             return False
 
     def _up(self, running: bool) -> None:
@@ -472,7 +476,7 @@ class SparkSinkStage:
             if self.job.query.isActive:
                 return None
             failure = self.job.query.exception()
-        except Py4JError as exc:
+        except JVM_GONE as exc:
             return Ended("jvm", f"Spark's JVM is gone ({type(exc).__name__})")
         if failure is None:
             return Ended("stopped", "sink query stopped")
@@ -503,7 +507,7 @@ class SparkSinkStage:
         if self.job is not None:
             try:
                 await asyncio.to_thread(self.job.stop)
-            except Py4JError as exc:  # nothing left to stop
+            except JVM_GONE as exc:  # nothing left to stop
                 log.warning("sink stop: Spark's JVM is gone (%s)", type(exc).__name__)
         if self._temp is not None:
             self._temp.cleanup()
