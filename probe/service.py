@@ -83,9 +83,7 @@ async def serve(
         await target.connect()
         supervisor = None
         if sink is not None and target.kind is TargetKind.KAFKA:
-            supervisor = asyncio.create_task(sink.supervise(target, stop), name="sink stage")
-            supervisor.add_done_callback(_report_crash)
-            await _sink_head_start(sink, supervisor)
+            supervisor = await _start_sink(sink, target, stop)
         consumer = asyncio.create_task(target.consume(), name=f"consume {target.target}")
         try:
             await target.run_rounds(config.interval, stop)
@@ -119,6 +117,16 @@ async def serve(
     if sink is not None:
         await sink.stop()
     await server.stop()
+
+
+async def _start_sink(
+    sink: SparkSinkStage, target: TargetProbe, stop: asyncio.Event
+) -> asyncio.Task[None]:
+    """The sink stage's supervisor beside ``target``, after its head start."""
+    supervisor = asyncio.create_task(sink.supervise(target, stop), name="sink stage")
+    supervisor.add_done_callback(_report_crash)
+    await _sink_head_start(sink, supervisor)
+    return supervisor
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:
