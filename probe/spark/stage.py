@@ -511,4 +511,3 @@ class SparkSinkStage:
                 log.warning("sink stop: Spark's JVM is gone (%s)", type(exc).__name__)
         if self._temp is not None:
             self._temp.cleanup()
-
