@@ -39,7 +39,11 @@ from probe.gameday.timeline import Timeline
 
 # Gauges whose value is a duration on the probe's clock: stretched with time.
 TIME_VALUED = frozenset(
-    {"synthetic_sla_partition_staleness_seconds", "synthetic_sla_watermark_skew_seconds"}
+    {
+        "synthetic_sla_partition_staleness_seconds",
+        "synthetic_sla_watermark_skew_seconds",
+        "synthetic_sla_spark_seconds_since_last_batch",
+    }
 )
 # The series the rules read: the probe's own, and the scrape health of its job.
 PROBE_SERIES = '{__name__=~"synthetic_sla_.+|up"}'

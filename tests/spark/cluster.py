@@ -33,9 +33,10 @@ class SparkCluster:
                 continue
             try:
                 command = Path(f"/proc/{entry}/cmdline").read_bytes()
+                # An executor runs in <work dir>/<app id>/<executor id>.
+                ours = Path(f"/proc/{entry}/cwd").resolve().is_relative_to(self.work_dir.resolve())
             except OSError:
                 continue
-            ours = str(self.work_dir).encode() in command
             if ours and b"CoarseGrainedExecutorBackend" in command:
                 pids.append(int(entry))
         return pids
