@@ -568,14 +568,8 @@ SINK = {
 
 
 def _with(values: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    """``values`` with top-level sections deep-merged with ``changes``."""
-    merged = json.loads(json.dumps(values))
-    for key, change in changes.items():
-        if isinstance(change, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], change)
-        else:
-            merged[key] = change
-    return merged
+    """``values`` with ``changes`` deep-merged in (new dicts where they differ)."""
+    return _merge(values, changes)
 
 
 def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
