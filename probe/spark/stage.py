@@ -233,7 +233,7 @@ class SparkSinkStage:
         job = self.job
         deadline = None if within is None else time.monotonic() + within
         while not await asyncio.to_thread(job.wait_for_batches, 1, WATCH_INTERVAL):
-            if (ended := self.ended()) is not None:
+            if (ended := await asyncio.to_thread(self.ended)) is not None:
                 return ended
             if stop is not None and stop.is_set():
                 return None
