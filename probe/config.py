@@ -230,6 +230,10 @@ class KafkaConfig(_Section):
     # At most 10 s: on such a broker every canary would wait that long to be read.
     fetch_max_wait: Annotated[Duration, _between(0.001, 10.0)] = 0.1
     create_topic: bool = False
+    # Canaries per second at most: a round of many partitions is spread out instead of
+    # sent as one burst (10,000 partitions at 1,000/s: 10 s of a 20 s interval), never
+    # over more than 80 % of the interval. 0: a whole round at once.
+    max_send_rate: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
     partitions: int | None = Field(default=None, ge=1)
     replication_factor: int | None = Field(default=None, ge=1)
     tls: TlsConfig | None = None

@@ -51,6 +51,11 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
+# A paced round spreads over at most this share of the interval: the rest is slack
+# for the last canaries' acknowledgements before the next round starts.
+SPREAD_SHARE = 0.8
+
+
 class TargetProbe:
     """One target with its stages: ``kind`` is a key of TRANSPORTS (kafka, mqtt).
 
@@ -258,14 +263,15 @@ class TargetProbe:
         problem = reader.read_problem()
         return f"{stage}: {problem}" if problem else ""
 
-    async def produce_round(self) -> None:
+    async def produce_round(self, spread_within: float | None = None) -> None:
         """Refresh metadata, then one canary to every partition the consumer covers.
 
         When the refresh fails the last known partitions are used, so an outage shows
         up as produce failures rather than as silence. Rounds may overlap: while an
         earlier round's refresh still waits on the broker, a round takes the last known
         partitions instead of a second refresh. Every canary of the round is
-        acknowledged or failed within the send timeout from the round's start.
+        acknowledged or failed within the send timeout from the round's start, plus
+        the time the round's pacing held it back (at most ``spread_within`` seconds).
         """
         assert self.producer is not None, "connect() first"
         deadline = asyncio.get_running_loop().time() + self.layout.send_timeout
@@ -274,7 +280,7 @@ class TargetProbe:
             partitions = await self._refreshing
         else:
             partitions = self.partitions
-        await self.producer.produce_round(partitions, deadline)
+        await self.producer.produce_round(partitions, deadline, spread_within)
 
     async def run_rounds(self, interval: float, stop: asyncio.Event) -> None:
         """Start a round on every wall-clock tick of the interval until stop is set.
@@ -282,8 +288,9 @@ class TargetProbe:
         Every tick is a round, whatever the previous ones do: a round blocked on an
         unreachable broker must not swallow the ticks after it, or an outage would be
         counted in fewer canaries than it lasted. A round ends within two send
-        timeouts (refresh, then sends), so at most ``2 * send_timeout / interval + 1``
-        rounds are ever in flight. On stop, rounds still in flight are cancelled.
+        timeouts (refresh, then sends) plus its pacing (under the interval), so at
+        most ``2 * send_timeout / interval + 2`` rounds are ever in flight. On stop,
+        rounds still in flight are cancelled.
         """
         interval_ns = _ns(interval)
         rounds: set[asyncio.Task[None]] = set()
@@ -296,7 +303,10 @@ class TargetProbe:
                     return
                 except TimeoutError:
                     pass
-                round_ = asyncio.create_task(self.produce_round(), name=f"round {self.target}")
+                round_ = asyncio.create_task(
+                    self.produce_round(spread_within=SPREAD_SHARE * interval),
+                    name=f"round {self.target}",
+                )
                 rounds.add(round_)
                 round_.add_done_callback(self._round_done(rounds))
         finally:

@@ -127,13 +127,15 @@ class _Kafka:
     def layout(self, config: ProbeConfig) -> TargetLayout:
         # The sink stage judges in Spark (probe.spark), not in this process's target.
         stages = (StageName.CONSUMER,)
-        return TargetLayout(config.target, stages, config.kafka.send_timeout, 0.0)
+        rate = config.kafka.max_send_rate
+        spacing = 1.0 / rate if rate else 0.0
+        return TargetLayout(config.target, stages, config.kafka.send_timeout, spacing)
 
     def transport(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
         # aiokafka reconnects inside its clients and does not tell: nothing to count.
         from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
 
-        return KafkaTransport(config.kafka)
+        return KafkaTransport(config.kafka, hold=config.judge.loss_timeout)
 
 
 class _Mqtt:
