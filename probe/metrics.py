@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
@@ -21,6 +21,8 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from probe import tracing
 from probe.config import ProbeConfig, StageName
@@ -67,31 +69,97 @@ class StageSource:
     judge: StalenessSource
 
 
+def _label_value(text: str) -> str:
+    """A label value as the text exposition formats escape it."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class RenderedGauge(GaugeMetricFamily):
+    """A gauge family that also writes its own exposition lines, fast.
+
+    prometheus_client formats every sample anew at every scrape (label escaping,
+    ordering): 0.15 s for 10,000 per-partition series, 0.28 s as OpenMetrics. A family
+    of many series whose labels rarely change keeps each series' line prefix and only
+    formats its value; /metrics (probe.endpoints) writes it with :meth:`lines`. For any
+    other reader of the registry it is an ordinary family: its samples are built when
+    first asked for.
+    """
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+        self._rows: list[tuple[str, Sequence[str], float]] = []
+        self._built: list[Sample] = []
+        super().__init__(name, documentation, labels=labels)
+
+    @property
+    def samples(self) -> list[Sample]:
+        if len(self._built) < len(self._rows):
+            self._built.extend(
+                Sample(self.name, dict(zip(self._labelnames, labels, strict=True)), value)
+                for _, labels, value in self._rows[len(self._built) :]
+            )
+        return self._built
+
+    @samples.setter
+    def samples(self, samples: list[Sample]) -> None:
+        self._built = samples
+
+    def add_rendered(self, prefix: str, labels: Sequence[str], value: float) -> None:
+        """One series; ``prefix`` is its line up to the value (see :meth:`prefix`)."""
+        self._rows.append((prefix, labels, value))
+
+    def series(self) -> int:
+        return len(self._rows)
+
+    def prefix(self, labels: Sequence[str]) -> str:
+        pairs = ",".join(
+            f'{name}="{_label_value(value)}"'
+            for name, value in zip(self._labelnames, labels, strict=True)
+        )
+        return f"{self.name}{{{pairs}}} "
+
+    def lines(self) -> str:
+        header = f"# HELP {self.name} {self.documentation}\n# TYPE {self.name} gauge\n"
+        return header + "".join(f"{prefix}{_go_float(value)}\n" for prefix, _, value in self._rows)
+
+
+def _go_float(value: float) -> str:
+    """A sample value as prometheus_client writes it (1e+06, +Inf, NaN)."""
+    text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
+    return text
+
+
 class StalenessCollector(Collector):
     """`synthetic_sla_partition_staleness_seconds`, computed at scrape time."""
 
     def __init__(self, clock_ns: Callable[[], int] = time.time_ns) -> None:
         self._sources: list[StageSource] = []
         self._clock_ns = clock_ns
+        # Each series' line prefix, kept across scrapes (see RenderedGauge).
+        self._prefixes: dict[tuple[str, str, int], str] = {}
 
     def add(self, source: StageSource) -> None:
         self._sources.append(source)
 
     def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
+        family = RenderedGauge(
             "synthetic_sla_partition_staleness_seconds",
             "Age of the freshest canary a stage has seen on a partition (now minus its "
             "produce time); rises while the partition is silent or the stage lags.",
             labels=["target", "stage", "partition"],
         )
         now_ns = self._clock_ns()
+        prefixes = self._prefixes
         for source in self._sources:
-            for key, staleness_ns in sorted(
-                source.judge.staleness_ns(now_ns).items(), key=lambda kv: kv[0].partition
-            ):
-                family.add_metric(
-                    [source.target, source.stage, str(key.partition)], staleness_ns / 1e9
-                )
+            staleness = source.judge.staleness_ns(now_ns)
+            for key in sorted(staleness, key=lambda key: key.partition):
+                labels = [source.target, source.stage, str(key.partition)]
+                ident = (source.target, source.stage, key.partition)
+                prefix = prefixes.get(ident)
+                if prefix is None:
+                    prefix = prefixes[ident] = family.prefix(labels)
+                family.add_rendered(prefix, labels, staleness[key] / 1e9)
+        if len(prefixes) > 2 * max(1, family.series()):
+            prefixes.clear()  # partitions went away: forget their lines
         yield family
 
 

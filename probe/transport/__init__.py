@@ -137,6 +137,12 @@ class _Kafka:
 
         return KafkaTransport(config.kafka, hold=config.judge.loss_timeout)
 
+    def reader(self, config: ProbeConfig) -> Transport:
+        """A transport that only reads a topic someone else fills (the bridge's)."""
+        from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
+
+        return KafkaTransport(config.kafka, writes=False)
+
 
 class _Mqtt:
     def layout(self, config: ProbeConfig) -> TargetLayout:
@@ -144,9 +150,7 @@ class _Mqtt:
         readers: dict[StageName, Callable[[], Transport]] = {}
         if StageName.BRIDGE in mqtt.stages:
             bridged = bridge_config(config)
-            readers[StageName.BRIDGE] = lambda: _Kafka().transport(
-                bridged, on_reconnect=lambda: None
-            )
+            readers[StageName.BRIDGE] = lambda: _Kafka().reader(bridged)
         spacing = 1.0 / mqtt.max_send_rate if mqtt.max_send_rate else 0.0
         stages = tuple(StageName(stage) for stage in mqtt.stages)
         return TargetLayout(mqtt.target, stages, mqtt.send_timeout, spacing, readers)
