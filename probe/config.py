@@ -446,6 +446,10 @@ class MetricsConfig(_Section):
     port: int = Field(default=9464, ge=0, le=65535)
     # The latency SLO threshold: a histogram bucket boundary sits exactly on it.
     latency_threshold: Annotated[Duration, _between(0.001, HOUR)] = 0.5
+    # Which partitions get a per-partition staleness series: all, only those stale
+    # now (older than interval + freshness), or none. The per-stage aggregates (largest
+    # staleness, stale partitions) are always exported; the alerts work in every mode.
+    partition_series: Literal["all", "stale", "none"] = "all"
 
 
 class OnceConfig(_Section):

@@ -6,15 +6,21 @@ a window that saw no canary yet is 0, not "no data". Latency buckets are derived
 from the SLO thresholds so the latency SLI is read off a bucket boundary exactly.
 
 Staleness is not stored: it is computed from the judges at scrape time, so it keeps
-rising while a partition is silent even though no event updates it.
+rising while a partition is silent even though no event updates it. Per-partition
+staleness is one series per partition (10,000 at 10,000 partitions): the
+``metrics.partition_series`` setting exports it for every partition, only for those
+currently stale, or for none; the per-stage aggregates (the largest staleness, the
+number of stale partitions) are always exported, and the rules and dashboard work
+from them in every mode.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
@@ -62,11 +68,31 @@ class StalenessSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StageSource:
-    """A stage whose staleness is exported."""
+    """A stage whose staleness is exported; a partition is stale past ``stale_after_ns``."""
 
     target: str
     stage: str
     judge: StalenessSource
+    stale_after_ns: int
+
+
+class PartitionSeries(StrEnum):
+    """Which partitions get a `synthetic_sla_partition_staleness_seconds` series."""
+
+    ALL = "all"
+    STALE = "stale"  # only those stale now (it missed a round: see stale_after)
+    NONE = "none"
+
+
+def stale_after(interval: float, freshness: float) -> float:
+    """When a partition is stale: its freshest canary is older than one interval plus
+    the stage's freshness deadline, so the canary of its last round is overdue (a
+    healthy partition peaks at one interval plus its latency).
+
+    >>> stale_after(20.0, 5.0)
+    25.0
+    """
+    return interval + freshness
 
 
 def _label_value(text: str) -> str:
@@ -129,38 +155,75 @@ def _go_float(value: float) -> str:
 
 
 class StalenessCollector(Collector):
-    """`synthetic_sla_partition_staleness_seconds`, computed at scrape time."""
+    """Staleness, computed at scrape time: per partition (as ``partition_series`` says),
+    and per stage its largest value and the number of stale partitions (always)."""
 
-    def __init__(self, clock_ns: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        clock_ns: Callable[[], int] = time.time_ns,
+        partition_series: PartitionSeries = PartitionSeries.ALL,
+    ) -> None:
         self._sources: list[StageSource] = []
         self._clock_ns = clock_ns
+        self._partition_series = partition_series
         # Each series' line prefix, kept across scrapes (see RenderedGauge).
         self._prefixes: dict[tuple[str, str, int], str] = {}
 
     def add(self, source: StageSource) -> None:
         self._sources.append(source)
 
+    def sources(self) -> list[StageSource]:
+        return list(self._sources)
+
     def collect(self) -> Iterator[Metric]:
         family = RenderedGauge(
             "synthetic_sla_partition_staleness_seconds",
             "Age of the freshest canary a stage has seen on a partition (now minus its "
-            "produce time); rises while the partition is silent or the stage lags.",
+            "produce time); rises while the partition is silent or the stage lags. Which "
+            "partitions have a series: metrics.partition_series (all, stale, none).",
             labels=["target", "stage", "partition"],
+        )
+        largest = GaugeMetricFamily(
+            "synthetic_sla_staleness_max_seconds",
+            "The largest staleness of any partition of the stage (0 with none).",
+            labels=["target", "stage"],
+        )
+        stale = GaugeMetricFamily(
+            "synthetic_sla_stale_partitions",
+            "Partitions of the stage whose freshest canary is older than one interval plus "
+            "the stage's freshness deadline: they missed at least their last round.",
+            labels=["target", "stage"],
         )
         now_ns = self._clock_ns()
         prefixes = self._prefixes
+        mode = self._partition_series
         for source in self._sources:
             staleness = source.judge.staleness_ns(now_ns)
+            threshold = source.stale_after_ns
+            largest.add_metric(
+                [source.target, source.stage], max(staleness.values(), default=0) / 1e9
+            )
+            stale.add_metric(
+                [source.target, source.stage],
+                sum(1 for value in staleness.values() if value > threshold),
+            )
+            if mode is PartitionSeries.NONE:
+                continue
             for key in sorted(staleness, key=lambda key: key.partition):
+                value = staleness[key]
+                if mode is PartitionSeries.STALE and value <= threshold:
+                    continue
                 labels = [source.target, source.stage, str(key.partition)]
                 ident = (source.target, source.stage, key.partition)
                 prefix = prefixes.get(ident)
                 if prefix is None:
                     prefix = prefixes[ident] = family.prefix(labels)
-                family.add_rendered(prefix, labels, staleness[key] / 1e9)
+                family.add_rendered(prefix, labels, value / 1e9)
         if len(prefixes) > 2 * max(1, family.series()):
-            prefixes.clear()  # partitions went away: forget their lines
+            prefixes.clear()  # partitions went away or are fresh again: forget their lines
         yield family
+        yield largest
+        yield stale
 
 
 class SpanDropCollector(Collector):
@@ -401,8 +464,13 @@ class ProbeMetrics:
         version: str = "0",
         clock_ns: Callable[[], int] = time.time_ns,
         span_stats: tracing.ExportStats | None = None,
+        partition_series: PartitionSeries = PartitionSeries.ALL,
+        stale_after_s: Mapping[str, float] | None = None,
     ) -> None:
+        """``stale_after_s``: per stage name, when a partition is stale (see
+        :func:`stale_after`); stages not named: 25 s (a 20 s interval, 5 s freshness)."""
         buckets = latency_buckets(*latency_thresholds)
+        self._stale_after_s = dict(stale_after_s or {})
         self.canaries = Counter(
             "synthetic_sla_canaries",
             "Canaries by final outcome per stage: delivered, late, lost, produce_failed.",
@@ -514,7 +582,7 @@ class ProbeMetrics:
         Info("synthetic_sla_probe", "Build of the probe.", registry=registry).info(
             {"version": version}
         )
-        self.staleness = StalenessCollector(clock_ns)
+        self.staleness = StalenessCollector(clock_ns, partition_series)
         registry.register(self.staleness)
 
     def declare_target(self, target: str) -> None:
@@ -542,7 +610,8 @@ class ProbeMetrics:
             self.invalid.labels(target, stage, reason.value)
         if isinstance(judge, Judge):
             self.pending.labels(target, stage).set_function(judge.pending_count)
-        self.staleness.add(StageSource(target, stage, judge))
+        threshold_s = self._stale_after_s.get(stage, stale_after(20.0, 5.0))
+        self.staleness.add(StageSource(target, stage, judge, int(threshold_s * 1e9)))
 
     def count(self, target: str, stage: str, findings: Iterable[Finding]) -> None:
         for finding in findings:
@@ -617,4 +686,13 @@ def service_metrics(
     thresholds: tuple[float, ...] = (config.metrics.latency_threshold, config.judge.freshness)
     if StageName.SINK in config.stages if sink is None else sink:
         thresholds += (config.sink.freshness, config.sink.latency_threshold)
-    return registry, ProbeMetrics(registry, latency_thresholds=thresholds, version=probe_version())
+    judged_here = stale_after(config.interval, config.judge.freshness)
+    stale_after_s = {str(stage): judged_here for stage in StageName}
+    stale_after_s[StageName.SINK] = stale_after(config.interval, config.sink.freshness)
+    return registry, ProbeMetrics(
+        registry,
+        latency_thresholds=thresholds,
+        version=probe_version(),
+        partition_series=PartitionSeries(config.metrics.partition_series),
+        stale_after_s=stale_after_s,
+    )
