@@ -19,8 +19,8 @@ seconds (user + system) over wall seconds as a share of one core, CPU per canary
 resident memory at most, and the broker's CPU beside it (so the probe's cost and
 the broker's are told apart). For the probe: canaries by outcome (the delivered
 share), p50 and p99 end-to-end latency read off its histogram (interpolated within
-the bucket, as histogram_quantile does), and /metrics scraped every 5 s (median body
-size and time). For the bare client: exact p50 and p99 from its own timestamps.
+the bucket, as histogram_quantile does), and /metrics scraped every 15 s (median
+body size and time). For the bare client: exact p50 and p99 from its own timestamps.
 Figures only; nothing is asserted.
 """
 
@@ -46,6 +46,7 @@ SLA_PROBE = Path(sys.executable).with_name("sla-probe")
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 TOPIC = "bench-scale"
+SCRAPE_EVERY = 15.0  # seconds, as a Prometheus would
 RATE = 1000.0  # canaries/s: the probe's default kafka.max_send_rate, for the bare client too
 
 
@@ -146,14 +147,17 @@ def create_topic(servers: str, partitions: int) -> None:
 
 
 def wait_until(condition: object, timeout: float, what: str) -> None:
+    # Every look is a scrape, a megabyte at 10,000 partitions: not too often.
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.5)
+        time.sleep(2.0)
 
 
-def measure_probe(broker: EmbeddedBroker, partitions: int, interval: float, k: int) -> dict:
+def measure_probe(
+    broker: EmbeddedBroker, partitions: int, interval: float, k: int, series: str
+) -> dict:
     port = free_loopback_port()
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as scratch:
         config = Path(scratch) / "probe.yaml"
@@ -163,6 +167,7 @@ def measure_probe(broker: EmbeddedBroker, partitions: int, interval: float, k: i
                     "kafka": {"bootstrap_servers": broker.bootstrap_servers, "topic": TOPIC},
                     "interval": f"{interval}s",
                     "log_level": "warning",
+                    "metrics": {"partition_series": series},
                 }
             )
         )
@@ -191,14 +196,14 @@ def measure_probe(broker: EmbeddedBroker, partitions: int, interval: float, k: i
             cpu0, broker0 = cpu_seconds(probe.pid), cpu_seconds(broker_pid(broker))
             rss, sizes, times = [rss_mib(probe.pid)], [], []
             window = k * interval
-            next_scrape = started + 5
+            next_scrape = started + SCRAPE_EVERY
             while (now := time.monotonic()) - started < window:
                 if now >= next_scrape:
                     _, size, took = scrape(port)
                     sizes.append(size)
                     times.append(took)
-                    next_scrape += 5
-                time.sleep(0.5)
+                    next_scrape += SCRAPE_EVERY
+                time.sleep(1.0)
                 rss.append(rss_mib(probe.pid))
             wall = time.monotonic() - started
             cpu = cpu_seconds(probe.pid) - cpu0
@@ -211,7 +216,7 @@ def measure_probe(broker: EmbeddedBroker, partitions: int, interval: float, k: i
             ) > 0:
                 if time.monotonic() > settle_by:
                     break
-                time.sleep(0.5)
+                time.sleep(2.0)
         finally:
             probe.terminate()
             probe.wait(10)
@@ -361,19 +366,22 @@ def main() -> None:
     parser.add_argument("--intervals", type=int, default=3, help="whole intervals measured")
     parser.add_argument("--min-window", type=float, default=40.0, help="seconds measured at least")
     parser.add_argument("--no-bare", action="store_true", help="only the probe")
+    parser.add_argument(
+        "--partition-series", default="all", choices=("all", "stale", "none"), help="probe setting"
+    )
     options = parser.parse_args()
     cases = [tuple(c.split(":")) for c in options.case or ["100:20", "1000:2", "10000:20"]]
     print(
         f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f}; embedded broker; probe defaults "
-        f"(kafka.max_send_rate {RATE:g}/s)"
+        f"(kafka.max_send_rate {RATE:g}/s), metrics.partition_series {options.partition_series}"
     )
     for count_text, interval_text in cases:
         partitions, interval = int(count_text), float(interval_text)
         k = max(options.intervals, int(-(-options.min_window // interval)))
         with EmbeddedBroker() as broker:
             create_topic(broker.bootstrap_servers, partitions)
-            row = measure_probe(broker, partitions, interval, k)
+            row = measure_probe(broker, partitions, interval, k, options.partition_series)
             show(partitions, interval, row)
             if row["delivered_share"] < 1:
                 print("  not every canary delivered; the probe's log:\n" + row["log"])

@@ -178,7 +178,9 @@ class Fate:
     """The one outcome of one canary at one stage. ``latency_ns`` is set for delivered/late.
 
     ``trace_context`` is the canary's signed W3C traceparent, attached by the shell
-    that knows the canary (exemplars, spans and logs use it); the judge leaves it None.
+    that knows the canary (exemplars, spans and logs use it); ``broker`` the broker
+    that led the canary's partition when it was produced, attached by the shell that
+    produced it (per-broker series). The judge leaves both None.
     """
 
     key: StreamKey
@@ -186,6 +188,7 @@ class Fate:
     outcome: Outcome
     latency_ns: int | None
     trace_context: str | None = None
+    broker: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from probe import tracing
 from probe.config import ProbeConfig, StageName
 from probe.errors import ProduceFailure, RejectReason
 from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
+from probe.replicas import ReplicaHealth
 
 _BASE_BUCKETS = (
     0.001,
@@ -578,6 +579,68 @@ class ProbeMetrics:
             ["target", "stage"],
             registry=registry,
         )
+        # Per broker: the broker that led the canary's partition when it was produced.
+        # Brokers are few where partitions are many: these stay small at any topic size.
+        self.broker_canaries = Counter(
+            "synthetic_sla_broker_canaries",
+            "Canaries by final outcome per stage and by the broker that led their "
+            "partition when they were produced.",
+            ["target", "stage", "broker", "outcome"],
+            registry=registry,
+        )
+        self.broker_e2e_latency = Histogram(
+            "synthetic_sla_broker_e2e_latency_seconds",
+            "Produce-to-arrival latency of canaries that arrived, by the broker that led "
+            "their partition when they were produced.",
+            ["target", "stage", "broker"],
+            buckets=buckets,
+            registry=registry,
+        )
+        self.brokers = Gauge(
+            "synthetic_sla_brokers",
+            "Brokers in the cluster metadata of the target.",
+            ["target"],
+            registry=registry,
+        )
+        self.broker_leaderships = Gauge(
+            "synthetic_sla_broker_leader_partitions",
+            "Canary partitions each broker leads.",
+            ["target", "broker"],
+            registry=registry,
+        )
+        self.brokers_leading_nothing = Gauge(
+            "synthetic_sla_brokers_without_canary_leader",
+            "Brokers that lead no canary partition: the probe does not measure them.",
+            ["target"],
+            registry=registry,
+        )
+        self.under_replicated = Gauge(
+            "synthetic_sla_partitions_under_replicated",
+            "Canary partitions with fewer in-sync replicas than replicas.",
+            ["target"],
+            registry=registry,
+        )
+        self.offline = Gauge(
+            "synthetic_sla_partitions_offline",
+            "Canary partitions without a leader.",
+            ["target"],
+            registry=registry,
+        )
+        self.under_min_isr = Gauge(
+            "synthetic_sla_partitions_under_min_isr",
+            "Canary partitions with fewer in-sync replicas than the topic's "
+            "min.insync.replicas (acks=all produces are refused); 0 while it is unknown.",
+            ["target"],
+            registry=registry,
+        )
+        self.min_insync = Gauge(
+            "synthetic_sla_min_insync_replicas",
+            "The canary topic's min.insync.replicas (0: unknown, the broker did not say).",
+            ["target"],
+            registry=registry,
+        )
+        self._stages_of: dict[str, list[str]] = {}
+        self._brokers_of: dict[str, set[int]] = {}
         registry.register(SpanDropCollector(span_stats or tracing.EXPORT_STATS))
         Info("synthetic_sla_probe", "Build of the probe.", registry=registry).info(
             {"version": version}
@@ -586,6 +649,15 @@ class ProbeMetrics:
         registry.register(self.staleness)
 
     def declare_target(self, target: str) -> None:
+        for gauge in (
+            self.brokers,
+            self.brokers_leading_nothing,
+            self.under_replicated,
+            self.offline,
+            self.under_min_isr,
+            self.min_insync,
+        ):
+            gauge.labels(target)
         self.produce_latency.labels(target)
         self.rounds.labels(target)
         self.partitions.labels(target)
@@ -610,6 +682,7 @@ class ProbeMetrics:
             self.invalid.labels(target, stage, reason.value)
         if isinstance(judge, Judge):
             self.pending.labels(target, stage).set_function(judge.pending_count)
+        self._stages_of.setdefault(target, []).append(stage)
         threshold_s = self._stale_after_s.get(stage, stale_after(20.0, 5.0))
         self.staleness.add(StageSource(target, stage, judge, int(threshold_s * 1e9)))
 
@@ -617,15 +690,19 @@ class ProbeMetrics:
         for finding in findings:
             if isinstance(finding, Fate):
                 self.canaries.labels(target, stage, finding.outcome.value).inc()
+                broker = None if finding.broker is None else str(finding.broker)
+                if broker is not None:
+                    self.broker_canaries.labels(target, stage, broker, finding.outcome.value).inc()
                 if finding.latency_ns is not None:
                     # The exemplar lets a dashboard jump from a slow bucket to the trace.
                     ids = tracing.ids_of(finding.trace_context)
-                    self.e2e_latency.labels(target, stage).observe(
-                        finding.latency_ns / 1e9,
-                        exemplar=None
-                        if ids is None
-                        else {"trace_id": ids.trace_id, "span_id": ids.span_id},
+                    exemplar = (
+                        None if ids is None else {"trace_id": ids.trace_id, "span_id": ids.span_id}
                     )
+                    seconds = finding.latency_ns / 1e9
+                    self.e2e_latency.labels(target, stage).observe(seconds, exemplar=exemplar)
+                    if broker is not None:
+                        self.broker_e2e_latency.labels(target, stage, broker).observe(seconds)
             elif isinstance(finding, Anomaly):
                 self._anomaly_counter(finding.kind).labels(target, stage).inc()
 
@@ -656,6 +733,29 @@ class ProbeMetrics:
 
     def reconnected(self, target: str) -> None:
         self.reconnects.labels(target).inc()
+
+    def target_replicas(self, target: str, health: ReplicaHealth) -> None:
+        """The topic's replica state after a metadata refresh. Every broker listed gets
+        its per-broker series at zero the first time it is seen (a broker that left
+        keeps its counters: they only ever grow)."""
+        self.brokers.labels(target).set(len(health.leaders))
+        self.brokers_leading_nothing.labels(target).set(len(health.leaderless_brokers))
+        self.under_replicated.labels(target).set(health.under_replicated)
+        self.offline.labels(target).set(health.offline)
+        self.under_min_isr.labels(target).set(health.under_min_isr)
+        self.min_insync.labels(target).set(health.min_insync or 0)
+        known = self._brokers_of.setdefault(target, set())
+        for broker, led in health.leaders.items():
+            self.broker_leaderships.labels(target, str(broker)).set(led)
+            if broker in known:
+                continue
+            known.add(broker)
+            for stage in self._stages_of.get(target, []):
+                for outcome in Outcome:
+                    self.broker_canaries.labels(target, stage, str(broker), outcome.value)
+                self.broker_e2e_latency.labels(target, stage, str(broker))
+        for gone in known - health.leaders.keys():
+            self.broker_leaderships.labels(target, str(gone)).set(0)
 
     def _anomaly_counter(self, kind: AnomalyKind) -> Counter:
         return {

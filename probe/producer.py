@@ -102,7 +102,12 @@ class CanaryProducer:
         spacing: float = 0.0,
         send_timeout: float = 10.0,
         clock_ns: Callable[[], int] = time.time_ns,
+        leader_of: Callable[[int], int | None] = lambda partition: None,
     ) -> None:
+        """``leader_of``: the broker leading a partition now, per the last metadata
+        refresh (None where unknown or there is none): a canary's fate is counted
+        against the broker that led its partition when it was produced."""
+        self._leader_of = leader_of
         self._own = own
         self._target = target
         self._transport = transport
@@ -189,7 +194,9 @@ class CanaryProducer:
                         await asyncio.shield(previous)
                 except TimeoutError:
                     self._failed(
-                        self._canary(partition, None), ProduceFailed(ProduceFailure.TIMEOUT)
+                        self._canary(partition, None),
+                        ProduceFailed(ProduceFailure.TIMEOUT),
+                        self._leader_of(partition),
                     )
                     return
             await self._send(partition, deadline)
@@ -214,6 +221,7 @@ class CanaryProducer:
 
     async def _send(self, partition: int, deadline: float) -> None:
         seq = self._next_seq.get(partition, 0)
+        broker = self._leader_of(partition)
         transport = self._transport
         with tracing.produce_span(
             system=transport.messaging_system,
@@ -233,11 +241,11 @@ class CanaryProducer:
                     offset = await transport.send(partition, payload, span.carrier)
             except TimeoutError:
                 span.failed(ProduceFailure.TIMEOUT.value)
-                self._failed(canary, ProduceFailed(ProduceFailure.TIMEOUT))
+                self._failed(canary, ProduceFailed(ProduceFailure.TIMEOUT), broker)
                 return
             except ProduceFailed as failure:
                 span.failed(failure.reason.value)
-                self._failed(canary, failure)
+                self._failed(canary, failure, broker)
                 return
             span.acked(offset)
         acked_ns = self._clock_ns()
@@ -245,11 +253,11 @@ class CanaryProducer:
         if self._metrics is not None:
             self._metrics.acked(self._target, (acked_ns - canary.produced_ns) / 1e9)
         for stage in self._stages:
-            stage.on_acked(canary, acked_ns)
+            stage.on_acked(canary, acked_ns, broker)
 
-    def _failed(self, canary: Canary, failure: ProduceFailed) -> None:
+    def _failed(self, canary: Canary, failure: ProduceFailed, broker: int | None = None) -> None:
         now_ns = self._clock_ns()
         if self._metrics is not None:
             self._metrics.produce_failed(self._target, failure.reason)
         for stage in self._stages:
-            stage.on_produce_failed(canary, now_ns)
+            stage.on_produce_failed(canary, now_ns, broker)

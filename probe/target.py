@@ -36,6 +36,7 @@ from probe.judge import Judge, JudgePolicy, OwnProbe
 from probe.keys import KeySource
 from probe.metrics import ProbeMetrics
 from probe.producer import CanaryProducer, next_tick_ns
+from probe.replicas import TopicReplicas, replica_health
 from probe.stage import Recorder, Stage
 from probe.transport import TRANSPORTS, Transport
 
@@ -119,6 +120,8 @@ class TargetProbe:
         self._readers: dict[StageName, Transport] = {}
         self.producer: CanaryProducer | None = None
         self.partitions: list[int] = []
+        # Leaders, replicas and ISR as the last refresh saw them (None: unknown, or MQTT).
+        self.replicas: TopicReplicas | None = None
         self._refreshing: asyncio.Task[list[int]] | None = None
         # None until the first outcome of connecting is known: the first state, ready
         # or not, is logged (a topic missing from the start must not go unsaid).
@@ -190,8 +193,12 @@ class TargetProbe:
             spacing=self.layout.spacing,
             send_timeout=self.layout.send_timeout,
             clock_ns=self._clock_ns,
+            leader_of=self._leader_of,
         )
         await self.refresh()
+
+    def _leader_of(self, partition: int) -> int | None:
+        return None if self.replicas is None else self.replicas.leader_of(partition)
 
     def _count_reconnect(self) -> None:
         if self._metrics is not None:
@@ -237,8 +244,11 @@ class TargetProbe:
         now_ns = self._clock_ns()
         for stage in self.stages:
             stage.watch(partitions, now_ns)
+        self.replicas = transport.replicas()
         if self._metrics is not None:
             self._metrics.target_partitions(self.target, len(partitions))
+            if self.replicas is not None:
+                self._metrics.target_replicas(self.target, replica_health(self.replicas))
         problems = [
             await self._cover_reader(name, reader, timeout)
             for name, reader in self._readers.items()

@@ -28,7 +28,9 @@ from probe.metrics import (
     service_metrics,
     stale_after,
 )
+from probe.replicas import replica_health
 from tests.conftest import RunningProbe, parse_samples, run_args, sample, wait_for
+from tests.test_replicas import recorded_topic
 
 SECOND = 1_000_000_000
 OWN = OwnProbe("p1", incarnation=1)
@@ -245,3 +247,45 @@ def test_promtool_finds_nothing_to_say_about_a_running_probe(
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == ""
     assert result.stderr.strip() == ""
+
+
+def test_recorded_three_broker_metadata_becomes_per_broker_series() -> None:
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    judge = Judge(JudgePolicy(freshness_ns=5 * SECOND, loss_timeout_ns=60 * SECOND), own=OWN)
+    metrics.declare_target("kafka")
+    metrics.declare_stage("kafka", "consumer", judge)
+    topic = recorded_topic()
+    metrics.target_replicas("kafka", replica_health(topic))
+    samples = _samples(registry)
+    assert sample(samples, "synthetic_sla_brokers") == 3
+    assert sample(samples, "synthetic_sla_partitions_offline") == 1
+    assert sample(samples, "synthetic_sla_partitions_under_replicated") == 3
+    assert sample(samples, "synthetic_sla_partitions_under_min_isr") == 2
+    assert sample(samples, "synthetic_sla_min_insync_replicas") == 2
+    assert sample(samples, "synthetic_sla_brokers_without_canary_leader") == 1
+    led = {b: sample(samples, "synthetic_sla_broker_leader_partitions", broker=b) for b in "123"}
+    assert led == {"1": 3, "2": 2, "3": 0}
+    # Every broker's outcome series exists at zero, the one leading nothing too.
+    for broker in "123":
+        key = (
+            "synthetic_sla_broker_canaries_total",
+            (("broker", broker), ("outcome", "lost"), ("stage", "consumer"), ("target", "kafka")),
+        )
+        assert samples[key] == 0
+    # A fate counts against the broker that led its partition when it was produced.
+    key = StreamKey("p1", "kafka", 4)
+    metrics.count(
+        "kafka",
+        "consumer",
+        [
+            Fate(key, 0, Outcome.DELIVERED, SECOND // 10, broker=topic.leader_of(4)),
+            Fate(key, 1, Outcome.LOST, None, broker=topic.leader_of(4)),
+            Fate(key, 2, Outcome.DELIVERED, SECOND // 10),  # leader unknown: no broker series
+        ],
+    )
+    samples = _samples(registry)
+    assert sample(samples, "synthetic_sla_broker_canaries_total", broker="2") == 2
+    assert sample(samples, "synthetic_sla_broker_canaries_total", broker="2", outcome="lost") == 1
+    assert sample(samples, "synthetic_sla_broker_e2e_latency_seconds_count", broker="2") == 1
+    assert sample(samples, "synthetic_sla_canaries_total", outcome="delivered") == 2

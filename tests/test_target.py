@@ -248,3 +248,44 @@ async def test_a_large_topic_is_read_where_canaries_are_on_their_way(
         await probe.close()
     assert stage.outcomes == {Outcome.DELIVERED.value: 24}
     assert sum(stage.invalid.values()) == 1
+
+
+async def test_the_real_brokers_metadata_becomes_per_broker_series(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """One broker: it leads every canary partition, every fate is counted against it,
+    and nothing is under-replicated or offline."""
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    probe = TargetProbe(
+        _config(broker, topic, **{"kafka.partitions": 4}),
+        generate_key_ring(),
+        [metrics],
+        metrics=metrics,
+    )
+    await probe.connect(give_up_after=10)
+    consumer = asyncio.create_task(probe.consume())
+    try:
+        for _ in range(2):
+            await probe.produce_round()
+        await until(lambda: probe.judge.pending_count() == 0, 10, "every fate")
+    finally:
+        consumer.cancel()
+        await probe.close()
+    assert probe.replicas is not None
+    (node,) = probe.replicas.brokers
+    assert {probe.replicas.leader_of(p) for p in range(4)} == {node}
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"target": "kafka", **labels})
+
+    assert value("synthetic_sla_brokers") == 1
+    assert value("synthetic_sla_broker_leader_partitions", broker=str(node)) == 4
+    assert value("synthetic_sla_brokers_without_canary_leader") == 0
+    assert value("synthetic_sla_partitions_under_replicated") == 0
+    assert value("synthetic_sla_partitions_offline") == 0
+    assert value("synthetic_sla_partitions_under_min_isr") == 0
+    delivered = {"stage": "consumer", "broker": str(node), "outcome": "delivered"}
+    assert value("synthetic_sla_broker_canaries_total", **delivered) == 8
+    latency = {"stage": "consumer", "broker": str(node)}
+    assert value("synthetic_sla_broker_e2e_latency_seconds_count", **latency) == 8

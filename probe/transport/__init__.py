@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from probe.config import ProbeConfig, StageName, TargetKind
+from probe.replicas import TopicReplicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,11 @@ class Transport(Protocol):
     def read_problem(self) -> str | None:
         """Why the reader cannot read right now, or None: a fetch that keeps failing
         (records it cannot decode, say), which a covered reader does not show."""
+
+    def replicas(self) -> TopicReplicas | None:
+        """Leaders, replicas and in-sync replicas of the partitions as the last
+        :meth:`partitions` refresh saw them; None where the protocol has no brokers
+        holding partitions (MQTT)."""
 
     async def close(self) -> None: ...
 

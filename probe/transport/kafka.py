@@ -32,6 +32,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -47,6 +48,7 @@ from aiokafka.helpers import create_ssl_context
 
 from probe.config import KafkaConfig
 from probe.errors import ProduceFailed, ProduceFailure, TransportError
+from probe.replicas import TopicReplicas, topic_replicas
 from probe.transport import Arrival
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,11 @@ def connection_options(config: KafkaConfig) -> dict[str, Any]:
 # its way; up to it, a whole topic costs little to fetch (1,000 partitions fetched
 # every 100 ms: about 4 % of a core).
 FOLLOW_ABOVE = 1000
+
+
+# How often the topic's min.insync.replicas is asked for (an admin request; a topic's
+# config rarely changes).
+TOPIC_CONFIG_EVERY = 300.0
 
 
 @dataclass(slots=True)
@@ -168,6 +175,11 @@ class KafkaTransport:
         self._log_ends: dict[int, int] = {}
         self._covered = asyncio.Event()
         self._started = False
+        # The topic's min.insync.replicas (None: the broker did not say), and when it
+        # was last asked for; the admin client that asks, kept open once it has.
+        self._min_insync: int | None = None
+        self._config_read_at: float | None = None
+        self._admin: AIOKafkaAdminClient | None = None
 
     async def start(self) -> None:
         try:
@@ -188,6 +200,8 @@ class KafkaTransport:
             )
         found = client.cluster.partitions_for_topic(self._topic)
         self._known = frozenset(found or ())
+        if found:
+            await self._read_topic_config()
         if not found and self._assigned:
             # The topic is gone (deleted, or a broker that lost its storage): whatever
             # has this name next is a new log.
@@ -201,6 +215,50 @@ class KafkaTransport:
                 "(--create-topic, kafka.create_topic: true)"
             )
         await self.ensure_topic(self._config.partitions, self._config.replication_factor)
+
+    async def _read_topic_config(self) -> None:
+        """Ask for the topic's min.insync.replicas, at most every TOPIC_CONFIG_EVERY.
+
+        Not every broker answers DescribeConfigs (and a probe may lack the
+        DescribeConfigs ACL): then it stays unknown, and no partition is counted under
+        min ISR. Never fails the refresh.
+        """
+        now = time.monotonic()
+        if self._config_read_at is not None and now - self._config_read_at < TOPIC_CONFIG_EVERY:
+            return
+        self._config_read_at = now
+        try:
+            async with asyncio.timeout(self._config.send_timeout):
+                admin = await self._admin_client()
+                resource = ConfigResource(
+                    ConfigResourceType.TOPIC, self._topic, {"min.insync.replicas": None}
+                )
+                responses = await admin.describe_configs([resource])
+        except (KafkaError, TimeoutError, TypeError, ValueError) as exc:
+            log.debug("topic %s: min.insync.replicas unknown: %r", self._topic, exc)
+            return
+        self._min_insync = min_insync_of(responses)
+
+    async def _admin_client(self) -> AIOKafkaAdminClient:
+        if self._admin is None:
+            admin = AIOKafkaAdminClient(**self._options)
+            await admin.start()
+            self._admin = admin
+        return self._admin
+
+    def replicas(self) -> TopicReplicas | None:
+        """From the producer's metadata, which partitions() just refreshed.
+
+        aiokafka keeps each partition's leader, replicas and ISR in its cluster
+        metadata but offers only the leader through its API: the rest is read from
+        the same records (``ClusterMetadata._partitions``), behind this one method.
+        """
+        cluster = self._producer.client.cluster
+        records = getattr(cluster, "_partitions", {}).get(self._topic)
+        if not records:
+            return None
+        brokers = [b.nodeId for b in cluster.brokers() if isinstance(b.nodeId, int)]
+        return topic_replicas(records.values(), brokers, self._min_insync)
 
     def describe(self, partitions: Sequence[int]) -> str:
         if not partitions:
@@ -368,6 +426,11 @@ class KafkaTransport:
                 delivery = await self._enqueue(partition, payload, headers)
                 metadata = await delivery
         except (KafkaError, TimeoutError) as exc:
+            # Not acknowledged: nothing to wait for (should the client write it after
+            # all, the next round's canary brings the reader back to this partition).
+            # Waiting would grow the reader's assignment with every failure, and with
+            # it the cost of every fetch, just when the probe is struggling.
+            self._came_back(partition, payload)
             raise ProduceFailed(produce_failure_reason(exc), str(exc)) from exc
         offset = getattr(metadata, "offset", None)
         return offset if isinstance(offset, int) and offset >= 0 else None
@@ -500,7 +563,15 @@ class KafkaTransport:
                     raise
                 log.debug("close: a client task was cancelled while stopping")
 
-        await asyncio.gather(stop(self._consumer), stop(self._producer))
+        async def stop_admin() -> None:
+            if self._admin is not None:
+                try:
+                    async with asyncio.timeout(1.0):
+                        await self._admin.close()
+                except (KafkaError, TimeoutError) as exc:
+                    log.debug("close: %s", exc)
+
+        await asyncio.gather(stop(self._consumer), stop(self._producer), stop_admin())
 
     def _tp(self, partition: int) -> TopicPartition:
         return TopicPartition(self._topic, partition)
@@ -514,4 +585,21 @@ def _traceparent(headers: Sequence[tuple[str, bytes | None]] | None) -> str | No
                 return value.decode("ascii")
             except UnicodeDecodeError:
                 return value.hex()  # still a mismatch, never a crash
+    return None
+
+
+def min_insync_of(responses: Sequence[Any]) -> int | None:
+    """min.insync.replicas from DescribeConfigs responses (any version: each resource
+    is (error_code, error_message, type, name, entries), each entry (name, value, ...)),
+    or None when no resource gave it."""
+    for response in responses:
+        for resource in getattr(response, "resources", ()):
+            if resource[0] != 0:
+                continue
+            for entry in resource[4]:
+                if entry[0] == "min.insync.replicas" and entry[1] is not None:
+                    try:
+                        return int(entry[1])
+                    except ValueError:
+                        return None
     return None

@@ -198,6 +198,10 @@ class MqttTransport:
         while True:
             yield await self._arrivals.get()
 
+    def replicas(self) -> None:
+        """MQTT has no partition leaders: nothing to attribute a canary to."""
+        return None
+
     def read_problem(self) -> str | None:
         # A lost subscription is what stops reading here, and cover() reports it.
         return None
