@@ -272,6 +272,46 @@ groups:
           runbook_url: {{ printf "%s#syntheticslapartitionsilent" $runbook }}
       {{- end }}
       {{- end }}
+      # Availability per broker: each canary counts against the broker that led its
+      # partition when it was produced, so a bad broker burns its own series.
+      {{- range $window := list "5m" "30m" "1h" "6h" }}
+      - record: target_stage_broker:synthetic_sla_availability:ratio_rate{{ $window }}
+        expr: |-
+          sum by (target, stage, broker) (rate(synthetic_sla_broker_canaries_total{outcome="delivered"}[{{ $window }}]))
+          /
+          sum by (target, stage, broker) (rate(synthetic_sla_broker_canaries_total[{{ $window }}]))
+      {{- end }}
+      {{- with $alerts.brokerBurn }}
+      {{- if .enabled }}
+      {{- $objective := $slo.availability.objective }}
+      # Which broker burns the availability budget: the page pairs of the SLO alert
+      # (1h and 5m at 14.4x, 6h and 30m at 6x) on one broker's canaries. It names the
+      # broker the availability page does not.
+      - alert: SyntheticSlaBrokerAvailabilityBurn
+        expr: |-
+          (
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate1h) / (1 - {{ $objective }}) > 14.4
+            and
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate5m) / (1 - {{ $objective }}) > 14.4
+          )
+          or
+          (
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate6h) / (1 - {{ $objective }}) > 6
+            and
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate30m) / (1 - {{ $objective }}) > 6
+          )
+        labels:
+          severity: {{ index $severity .severity }}
+          slo: availability
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.target }}/{{ $labels.stage }}: canaries led by broker {{ $labels.broker }} burn the availability budget` | quote }}
+          description: {{ printf "Canaries whose partition broker {{ $labels.broker }} led when they were produced fail at stage {{ $labels.stage }} of target {{ $labels.target }} fast enough to spend the availability budget {{ $value | humanize }}x faster than sustainable (1h and 5m at 14.4x, or 6h and 30m at 6x; objective %v). Look at that broker first." $objective | quote }}
+          runbook_url: {{ printf "%s#syntheticslabrokeravailabilityburn" $runbook }}
+      {{- end }}
+      {{- end }}
 {{- end -}}
 
 {{/* "1h and 5m at 14.4x, or 6h and 30m at 6x" */}}
