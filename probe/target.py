@@ -34,6 +34,7 @@ from probe.config import ProbeConfig, StageName, TargetKind
 from probe.errors import TransportError
 from probe.judge import Judge, JudgePolicy, OwnProbe
 from probe.keys import KeySource
+from probe.leadership import LeaderKeeper, LeaderPlan, plan_leaders
 from probe.metrics import ProbeMetrics
 from probe.producer import CanaryProducer, next_tick_ns
 from probe.replicas import TopicReplicas, replica_health
@@ -122,6 +123,8 @@ class TargetProbe:
         self.partitions: list[int] = []
         # Leaders, replicas and ISR as the last refresh saw them (None: unknown, or MQTT).
         self.replicas: TopicReplicas | None = None
+        self._leaders = LeaderKeeper()
+        self._spreading: asyncio.Task[None] | None = None
         self._refreshing: asyncio.Task[list[int]] | None = None
         # None until the first outcome of connecting is known: the first state, ready
         # or not, is logged (a topic missing from the start must not go unsaid).
@@ -197,6 +200,49 @@ class TargetProbe:
         )
         await self.refresh()
 
+    def _keep_every_broker_leading(self, transport: Transport, replicas: TopicReplicas) -> None:
+        """With topic management on, give every broker the lead of a canary partition
+        (probe.leadership), in the background: admin requests may take long, a round
+        must not wait for them. Acts only when the broker set changed, at most every
+        LeaderKeeper.min_gap, so it never churns."""
+        if not (self.kind is TargetKind.KAFKA and self.config.kafka.create_topic):
+            return
+        if self._spreading is not None and not self._spreading.done():
+            return
+        now = time.monotonic()
+        if not self._leaders.due(replicas.brokers, now):
+            return
+        plan = plan_leaders(replicas)
+        if plan.empty:
+            self._leaders.settled(replicas.brokers)
+            return
+        self._leaders.acted(now)
+        self._spreading = asyncio.create_task(
+            self._spread(transport, plan, replicas), name=f"leaders {self.target}"
+        )
+
+    async def _spread(
+        self, transport: Transport, plan: LeaderPlan, replicas: TopicReplicas
+    ) -> None:
+        leaderless = replica_health(replicas).leaderless_brokers
+        log.info(
+            "target %s: brokers %s lead no canary partition; plan: grow to %s, reassign %s, "
+            "elect %s",
+            self.target,
+            list(leaderless),
+            plan.grow_to,
+            {change.partition: list(change.replicas) for change in plan.reassign},
+            list(plan.elect),
+        )
+        problems = await transport.spread_leaders(plan)
+        if problems:
+            log.warning(
+                "target %s: cannot give every broker a canary partition to lead (%s); brokers "
+                "leading none are not measured (synthetic_sla_brokers_without_canary_leader)",
+                self.target,
+                "; ".join(problems),
+            )
+
     def _leader_of(self, partition: int) -> int | None:
         return None if self.replicas is None else self.replicas.leader_of(partition)
 
@@ -205,6 +251,8 @@ class TargetProbe:
             self._metrics.reconnected(self.target)
 
     async def close(self) -> None:
+        if self._spreading is not None:
+            self._spreading.cancel()
         transports = [t for t in (self.transport, *self._readers.values()) if t is not None]
         await asyncio.gather(*(transport.close() for transport in transports))
 
@@ -245,6 +293,8 @@ class TargetProbe:
         for stage in self.stages:
             stage.watch(partitions, now_ns)
         self.replicas = transport.replicas()
+        if self.replicas is not None:
+            self._keep_every_broker_leading(transport, self.replicas)
         if self._metrics is not None:
             self._metrics.target_partitions(self.target, len(partitions))
             if self.replicas is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from probe.config import ProbeConfig, StageName, TargetKind
+from probe.leadership import LeaderPlan
 from probe.replicas import TopicReplicas
 
 
@@ -94,6 +95,10 @@ class Transport(Protocol):
         """Leaders, replicas and in-sync replicas of the partitions as the last
         :meth:`partitions` refresh saw them; None where the protocol has no brokers
         holding partitions (MQTT)."""
+
+    async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
+        """Carry out a leader plan (probe.leadership): grow, reassign, elect. What could
+        not be done, in words (no permission, a broker without the API); never raises."""
 
     async def close(self) -> None: ...
 

@@ -48,8 +48,10 @@ from aiokafka.helpers import create_ssl_context
 
 from probe.config import KafkaConfig
 from probe.errors import ProduceFailed, ProduceFailure, TransportError
+from probe.leadership import LeaderPlan
 from probe.replicas import TopicReplicas, topic_replicas
 from probe.transport import Arrival
+from probe.transport.kafka_leaders import carry_out
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +214,7 @@ class KafkaTransport:
         if not self._config.create_topic:
             raise TransportError(
                 f"{self.describe([])}: create it, or let the probe create it "
-                "(--create-topic, kafka.create_topic: true)"
+                "(drop --no-create-topic, kafka.create_topic: true)"
             )
         await self.ensure_topic(self._config.partitions, self._config.replication_factor)
 
@@ -259,6 +261,13 @@ class KafkaTransport:
             return None
         brokers = [b.nodeId for b in cluster.brokers() if isinstance(b.nodeId, int)]
         return topic_replicas(records.values(), brokers, self._min_insync)
+
+    async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
+        try:
+            admin = await self._admin_client()
+        except KafkaError as exc:
+            return [f"no admin connection: {exc}"]
+        return await carry_out(admin, self._topic, plan)
 
     def describe(self, partitions: Sequence[int]) -> str:
         if not partitions:
