@@ -322,9 +322,13 @@ def produce_span(
     *, system: str, destination: str, partition: int, target: str, probe_id: str, seq: int
 ) -> Iterator[ProduceSpan]:
     """``send <destination>`` around one canary's produce, ended when the block ends
-    (at the broker's acknowledgement, or the failure)."""
-    tracer = _tracer()
-    with tracer.start_as_current_span(
+    (at the broker's acknowledgement, or the failure).
+
+    Started, not made current: nothing inside reads the current span (the context
+    travels explicitly), and attaching it cost a quarter of the span at 500 canaries
+    a second.
+    """
+    span = _tracer().start_span(
         f"send {destination}",
         kind=SpanKind.PRODUCER,
         attributes={
@@ -339,9 +343,11 @@ def produce_span(
             "sla.seq": seq,
         },
         record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
+    )
+    try:
         yield ProduceSpan(span)
+    finally:
+        span.end()
 
 
 @dataclass(frozen=True, slots=True)
