@@ -15,7 +15,8 @@ its topic created beforehand. Two things run on it, one after the other:
 
 After the first round is delivered (connections, imports and first allocations are
 not the steady state), each is measured over whole intervals from /proc: CPU
-seconds (user + system) over wall seconds as a share of one core, CPU per canary,
+seconds (user + system) over wall seconds as a share of one core, CPU per canary
+(CPU seconds over the canaries the window's rate sends: partitions x wall / interval),
 resident memory at most, and the broker's CPU beside it (so the probe's cost and
 the broker's are told apart). For the probe: canaries by outcome (the delivered
 share), p50 and p99 end-to-end latency read off its histogram (interpolated within
@@ -235,7 +236,8 @@ def measure_probe(
         "side": "probe",
         "wall": wall,
         "core": cpu / wall,
-        "ms_per_canary": 1e3 * cpu / canaries,
+        # Per canary of the window's rate, so both sides divide by the same number.
+        "ms_per_canary": 1e3 * cpu / (wall * partitions / interval),
         "rss": max(rss),
         "broker_core": broker_cpu / wall,
         "delivered_share": outcomes["delivered"] / canaries,
@@ -328,7 +330,7 @@ def measure_bare(broker: EmbeddedBroker, partitions: int, interval: float, k: in
         "side": "bare",
         "wall": wall,
         "core": cpu / wall,
-        "ms_per_canary": 1e3 * cpu / (k * partitions),
+        "ms_per_canary": 1e3 * cpu / (wall * partitions / interval),
         "rss": max(rss),
         "broker_core": broker_cpu / wall,
         "delivered_share": len(latencies) / result["sent"],
