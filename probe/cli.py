@@ -199,9 +199,17 @@ def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
             _option(
                 "create-topic",
                 "kafka.create_topic",
-                "Create the topic if missing.",
+                "Manage the topic: create it if missing, every broker leading a partition "
+                "(the default).",
                 is_flag=True,
                 flag_value=True,
+            ),
+            _option(
+                "no-create-topic",
+                "kafka.create_topic",
+                "Do not create or administer the topic (it must exist).",
+                is_flag=True,
+                flag_value=False,
             ),
             _option(
                 "idempotence",

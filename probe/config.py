@@ -229,7 +229,14 @@ class KafkaConfig(_Section):
     # data arrives, so a short wait costs it only a few empty fetches per second.
     # At most 10 s: on such a broker every canary would wait that long to be read.
     fetch_max_wait: Annotated[Duration, _between(0.001, 10.0)] = 0.1
-    create_topic: bool = False
+    # Topic management (the default, as in every probe of its kind): create (and
+    # re-create) the topic if missing, and keep a canary partition led by every broker
+    # (probe.leadership). False where the probe must not administer topics.
+    create_topic: bool = True
+    # Canaries per second at most: a round of many partitions is spread out instead of
+    # sent as one burst (10,000 partitions at 1,000/s: 10 s of a 20 s interval), never
+    # over more than 80 % of the interval. 0: a whole round at once.
+    max_send_rate: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
     partitions: int | None = Field(default=None, ge=1)
     replication_factor: int | None = Field(default=None, ge=1)
     tls: TlsConfig | None = None
@@ -442,6 +449,10 @@ class MetricsConfig(_Section):
     port: int = Field(default=9464, ge=0, le=65535)
     # The latency SLO threshold: a histogram bucket boundary sits exactly on it.
     latency_threshold: Annotated[Duration, _between(0.001, HOUR)] = 0.5
+    # Which partitions get a per-partition staleness series: all, only those stale
+    # now (older than interval + freshness), or none. The per-stage aggregates (largest
+    # staleness, stale partitions) are always exported; the alerts work in every mode.
+    partition_series: Literal["all", "stale", "none"] = "all"
 
 
 class OnceConfig(_Section):

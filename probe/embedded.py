@@ -85,6 +85,11 @@ class LoopbackServer(Started):
         raise NotImplementedError
 
     @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (benchmarks read its CPU from /proc)."""
+        return self._process.pid if self.running and self._process is not None else None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

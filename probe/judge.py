@@ -178,7 +178,9 @@ class Fate:
     """The one outcome of one canary at one stage. ``latency_ns`` is set for delivered/late.
 
     ``trace_context`` is the canary's signed W3C traceparent, attached by the shell
-    that knows the canary (exemplars, spans and logs use it); the judge leaves it None.
+    that knows the canary (exemplars, spans and logs use it); ``broker`` the broker
+    that led the canary's partition when it was produced, attached by the shell that
+    produced it (per-broker series). The judge leaves both None.
     """
 
     key: StreamKey
@@ -186,6 +188,7 @@ class Fate:
     outcome: Outcome
     latency_ns: int | None
     trace_context: str | None = None
+    broker: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,12 +500,15 @@ class Judge:
             count(finding)
     """
 
-    __slots__ = ("_own", "_policy", "_streams")
+    __slots__ = ("_busy", "_own", "_policy", "_streams")
 
     def __init__(self, policy: JudgePolicy, own: OwnProbe | None = None) -> None:
         self._policy = policy
         self._own = own
         self._streams: dict[StreamKey, StreamState] = {}
+        # Streams with something for `expire` to do (pending or given-up canaries):
+        # the tick visits only these, not every partition of a large topic.
+        self._busy: set[StreamKey] = set()
 
     @property
     def policy(self) -> JudgePolicy:
@@ -522,17 +528,25 @@ class Judge:
     def unwatch(self, key: StreamKey) -> None:
         """Forget a stream (its partition was removed), pending canaries included."""
         self._streams.pop(key, None)
+        self._busy.discard(key)
 
     def on_acked(self, canary: Canary, now_ns: int) -> list[Finding]:
+        key = StreamKey.of(canary)
         if self._is_foreign(canary):
-            return [Anomaly(StreamKey.of(canary), canary.seq, AnomalyKind.FOREIGN)]
-        return self._state(StreamKey.of(canary), now_ns).on_acked(canary, self._policy)
+            return [Anomaly(key, canary.seq, AnomalyKind.FOREIGN)]
+        state = self._state(key, now_ns)
+        findings = state.on_acked(canary, self._policy)
+        self._note(key, state)
+        return findings
 
     def on_arrived(self, canary: Canary, now_ns: int) -> list[Finding]:
         key = StreamKey.of(canary)
         if self._is_foreign(canary):
             return [Anomaly(key, canary.seq, AnomalyKind.FOREIGN)]
-        return self._state(key, now_ns).on_arrived(key, canary, now_ns, self._policy)
+        state = self._state(key, now_ns)
+        findings = state.on_arrived(key, canary, now_ns, self._policy)
+        self._note(key, state)
+        return findings
 
     def on_produce_failed(self, canary: Canary, now_ns: int) -> list[Finding]:
         """The fate is immediate; the seq goes to the next canary, and the canary is
@@ -540,14 +554,18 @@ class Judge:
         key = StreamKey.of(canary)
         if self._is_foreign(canary):
             return [Anomaly(key, canary.seq, AnomalyKind.FOREIGN)]
-        self._state(key, now_ns).on_produce_failed(canary, self._policy)
+        state = self._state(key, now_ns)
+        state.on_produce_failed(canary, self._policy)
+        self._note(key, state)
         return [Fate(key, canary.seq, Outcome.PRODUCE_FAILED, None)]
 
     def expire(self, now_ns: int) -> list[Finding]:
         """The tick: ``lost`` for every pending canary due by ``now_ns``, ordered by key, seq."""
         findings: list[Finding] = []
-        for key in sorted(self._streams):
-            findings.extend(self._streams[key].expire(key, now_ns, self._policy))
+        for key in sorted(self._busy):
+            state = self._streams[key]
+            findings.extend(state.expire(key, now_ns, self._policy))
+            self._note(key, state)
         return findings
 
     def staleness_ns(self, now_ns: int) -> dict[StreamKey, int]:
@@ -575,7 +593,14 @@ class Judge:
 
     def import_state(self, key: StreamKey, data: Mapping[str, object]) -> None:
         """Replace the state of ``key`` with one from :meth:`export_state`."""
-        self._streams[key] = StreamState.from_dict(data)
+        state = self._streams[key] = StreamState.from_dict(data)
+        self._note(key, state)
+
+    def _note(self, key: StreamKey, state: StreamState) -> None:
+        if state.pending or state.failed:
+            self._busy.add(key)
+        else:
+            self._busy.discard(key)
 
     def _is_foreign(self, canary: Canary) -> bool:
         own = self._own

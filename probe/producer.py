@@ -8,11 +8,18 @@ and then lost.
 
 Rounds may overlap (the service starts one on every tick, whatever the previous one
 does), so every canary gets its own fate within its own send timeout, counted from
-its round's start. Per partition, canaries still go out one at a time, in round
-order: a canary waits for its predecessor on the partition to settle before it is
-numbered and sent, which keeps the numbers contiguous among acknowledged canaries.
-One still waiting when its timeout runs out is ``produce_failed`` (timeout), as a
-send that got no acknowledgement in time is.
+its round's start, plus the time the round's pacing held it back. Per partition,
+canaries still go out one at a time, in round order: a canary waits for its
+predecessor on the partition to settle before it is numbered and sent, which keeps
+the numbers contiguous among acknowledged canaries. One still waiting when its
+timeout runs out is ``produce_failed`` (timeout), as a send that got no
+acknowledgement in time is.
+
+A round is paced: canaries start at most one per ``spacing`` seconds on average, in
+bursts, so a round of thousands of partitions is spread out instead of sent as one
+burst, which would saturate the probe and make its arrivals wait behind its own
+sends (measured as the pipeline's latency). A round never spreads over more than
+``spread_within`` seconds (a share of the interval), so rounds do not pile up.
 """
 
 from __future__ import annotations
@@ -42,6 +49,37 @@ def next_tick_ns(now_ns: int, interval_ns: int) -> int:
     return (now_ns // interval_ns + 1) * interval_ns
 
 
+# Paced canaries start in bursts about this far apart: one timer per burst, and the
+# canaries of a burst share the client's produce requests.
+PACING_TICK = 0.02
+
+
+def burst_size(spacing: float, max_in_flight: int | None) -> int:
+    """How many canaries start together when they are ``spacing`` seconds apart on
+    average: a transport's in-flight window, else as many as one pacing tick holds.
+
+    >>> burst_size(0.001, None), burst_size(0.001, 20), burst_size(0.5, None)
+    (20, 20, 1)
+    """
+    if max_in_flight is not None:
+        return max_in_flight
+    return max(1, round(PACING_TICK / spacing)) if spacing else 1
+
+
+def round_spacing(spacing: float, partitions: int, spread_within: float | None) -> float:
+    """The spacing a round of this many partitions is sent at: ``spacing``, or closer
+    together when the round would take longer than ``spread_within`` seconds.
+
+    >>> round_spacing(0.001, 10_000, 8.0)
+    0.0008
+    >>> round_spacing(0.001, 100, 8.0)
+    0.001
+    """
+    if spacing and spread_within is not None and partitions * spacing > spread_within:
+        return spread_within / partitions
+    return spacing
+
+
 def _settle(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -64,7 +102,12 @@ class CanaryProducer:
         spacing: float = 0.0,
         send_timeout: float = 10.0,
         clock_ns: Callable[[], int] = time.time_ns,
+        leader_of: Callable[[int], int | None] = lambda partition: None,
     ) -> None:
+        """``leader_of``: the broker leading a partition now, per the last metadata
+        refresh (None where unknown or there is none): a canary's fate is counted
+        against the broker that led its partition when it was produced."""
+        self._leader_of = leader_of
         self._own = own
         self._target = target
         self._transport = transport
@@ -80,40 +123,50 @@ class CanaryProducer:
         # Per partition, settled when its latest canary (and every one before) is.
         self._settled: dict[int, asyncio.Future[None]] = {}
 
-    async def produce_round(self, partitions: Sequence[int], deadline: float | None = None) -> None:
-        """One canary to each partition, concurrently; returns when all are settled.
+    async def produce_round(
+        self,
+        partitions: Sequence[int],
+        deadline: float | None = None,
+        spread_within: float | None = None,
+    ) -> None:
+        """One canary to each partition; returns when all are settled.
 
-        ``deadline`` (event-loop time) is when the round's canaries count as failed if
-        not acknowledged; default: the send timeout from now. A round that started
-        earlier (its metadata refresh took a while) passes its own.
+        ``deadline`` (event-loop time) is when the round's first canaries count as
+        failed if not acknowledged; default: the send timeout from now. A round that
+        started earlier (its metadata refresh took a while) passes its own. A canary
+        the pacing held back gets that much longer. ``spread_within``: the longest the
+        round's pacing may take (seconds), or None for no bound.
         """
         if self._metrics is not None:
             self._metrics.round_started(self._target)
+        loop = asyncio.get_running_loop()
         if deadline is None:
-            deadline = asyncio.get_running_loop().time() + self._send_timeout
-        if self._max_in_flight is None and not self._spacing:
+            deadline = loop.time() + self._send_timeout
+        spacing = round_spacing(self._spacing, len(partitions), spread_within)
+        if self._max_in_flight is None and not spacing:
             await asyncio.gather(*(self._produce(p, deadline) for p in partitions))
             return
         # Canaries are stamped when they are created, so whatever queue they wait in
         # inside the probe would be measured as the pipeline's latency. A transport
         # that sends a few at a time (MQTT's in-flight window) gets them a few at a
         # time; with a spacing, they also start at most one per `spacing` seconds on
-        # average, so a round of many shards does not saturate the probe, whose
-        # arrivals would then wait behind its own sends. They start in bursts of a
-        # window each: one timer per burst, and the sends of a burst share writes.
-        burst = self._max_in_flight or 1
+        # average, so a round of many partitions does not saturate the probe, whose
+        # arrivals would then wait behind its own sends. They start in bursts: one
+        # timer per burst, and the sends of a burst share writes.
+        burst = burst_size(spacing, self._max_in_flight)
         window = asyncio.Semaphore(self._max_in_flight or len(partitions) or 1)
-        loop = asyncio.get_running_loop()
-        next_burst = loop.time()
+        paced_from = next_burst = loop.time()
+        held = 0.0
         sends: list[asyncio.Task[None]] = []
         try:
             for count, partition in enumerate(partitions):
                 await window.acquire()
-                if self._spacing and count % burst == 0:
+                if spacing and count % burst == 0:
                     await asyncio.sleep(max(0.0, next_burst - loop.time()))
-                    next_burst = max(next_burst, loop.time()) + burst * self._spacing
+                    next_burst = max(next_burst, loop.time()) + burst * spacing
+                    held = loop.time() - paced_from
                 sends.append(
-                    asyncio.create_task(self._produce_releasing(partition, deadline, window))
+                    asyncio.create_task(self._produce_releasing(partition, deadline + held, window))
                 )
         except asyncio.CancelledError:
             for send in sends:
@@ -141,7 +194,9 @@ class CanaryProducer:
                         await asyncio.shield(previous)
                 except TimeoutError:
                     self._failed(
-                        self._canary(partition, None), ProduceFailed(ProduceFailure.TIMEOUT)
+                        self._canary(partition, None),
+                        ProduceFailed(ProduceFailure.TIMEOUT),
+                        self._leader_of(partition),
                     )
                     return
             await self._send(partition, deadline)
@@ -166,6 +221,7 @@ class CanaryProducer:
 
     async def _send(self, partition: int, deadline: float) -> None:
         seq = self._next_seq.get(partition, 0)
+        broker = self._leader_of(partition)
         transport = self._transport
         with tracing.produce_span(
             system=transport.messaging_system,
@@ -185,11 +241,11 @@ class CanaryProducer:
                     offset = await transport.send(partition, payload, span.carrier)
             except TimeoutError:
                 span.failed(ProduceFailure.TIMEOUT.value)
-                self._failed(canary, ProduceFailed(ProduceFailure.TIMEOUT))
+                self._failed(canary, ProduceFailed(ProduceFailure.TIMEOUT), broker)
                 return
             except ProduceFailed as failure:
                 span.failed(failure.reason.value)
-                self._failed(canary, failure)
+                self._failed(canary, failure, broker)
                 return
             span.acked(offset)
         acked_ns = self._clock_ns()
@@ -197,11 +253,11 @@ class CanaryProducer:
         if self._metrics is not None:
             self._metrics.acked(self._target, (acked_ns - canary.produced_ns) / 1e9)
         for stage in self._stages:
-            stage.on_acked(canary, acked_ns)
+            stage.on_acked(canary, acked_ns, broker)
 
-    def _failed(self, canary: Canary, failure: ProduceFailed) -> None:
+    def _failed(self, canary: Canary, failure: ProduceFailed, broker: int | None = None) -> None:
         now_ns = self._clock_ns()
         if self._metrics is not None:
             self._metrics.produce_failed(self._target, failure.reason)
         for stage in self._stages:
-            stage.on_produce_failed(canary, now_ns)
+            stage.on_produce_failed(canary, now_ns, broker)

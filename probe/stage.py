@@ -33,6 +33,7 @@ from probe.judge import (
     StreamKey,
 )
 from probe.keys import KeyRing, KeySource
+from probe.replicas import ReplicaHealth
 from probe.transport import Arrival, Transport
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ class TargetRecorder(Protocol):
     def target_ready(self, target: str, ready: bool) -> None: ...
 
     def target_partitions(self, target: str, count: int) -> None: ...
+
+    def target_replicas(self, target: str, health: ReplicaHealth) -> None: ...
 
     def reconnected(self, target: str) -> None: ...
 
@@ -217,6 +220,10 @@ class Stage:
         # a loss is declared long after the ack, and its span and log line need the
         # canary's trace context and produce time.
         self._acked: dict[tuple[int, int, int], Canary] = {}
+        # The broker that led each pending canary's partition when it was produced
+        # (same keys, where known): its fate is counted against that broker.
+        self._brokers: dict[tuple[int, int, int], int] = {}
+        self._watched: tuple[int, ...] | None = None
 
     def watch(self, partitions: Sequence[int], now_ns: int) -> None:
         """Track exactly these partitions' staleness, from before their first canary.
@@ -225,6 +232,10 @@ class Stage:
         shards configured) stops being tracked, or its staleness would rise forever
         and page on a partition that no longer exists.
         """
+        watched = tuple(partitions)
+        if watched == self._watched:
+            return  # every round: at 10,000 partitions the sets below cost 0.1 s
+        self._watched = watched
         known = set(self.judge.streams())
         wanted = {StreamKey(self._own.probe_id, self.target, p) for p in partitions}
         for key in wanted - known:
@@ -233,15 +244,23 @@ class Stage:
             if key.probe_id == self._own.probe_id and key.target == self.target:
                 self.judge.unwatch(key)
 
-    def on_acked(self, canary: Canary, now_ns: int) -> None:
+    def on_acked(self, canary: Canary, now_ns: int, broker: int | None = None) -> None:
+        """``broker``: the broker that led the canary's partition when it was produced."""
         findings = self.judge.on_acked(canary, now_ns)
         if not findings:
-            self._acked[_ident(canary)] = canary
+            ident = _ident(canary)
+            self._acked[ident] = canary
+            if broker is not None:
+                self._brokers[ident] = broker
             if len(self._acked) > _REMEMBERED_ACKS:
-                del self._acked[next(iter(self._acked))]
+                oldest = next(iter(self._acked))
+                del self._acked[oldest]
+                self._brokers.pop(oldest, None)
         self._record(findings)
 
-    def on_produce_failed(self, canary: Canary, now_ns: int) -> None:
+    def on_produce_failed(self, canary: Canary, now_ns: int, broker: int | None = None) -> None:
+        if broker is not None:
+            self._brokers[_ident(canary)] = broker
         self._record(self.judge.on_produce_failed(canary, now_ns), canary)
 
     def on_arrival(self, arrival: Arrival) -> None:
@@ -344,7 +363,9 @@ class Stage:
         if not isinstance(finding, Fate):
             return finding
         incarnation = canary.incarnation if canary is not None else self._own.incarnation
-        remembered = self._acked.pop((incarnation, finding.key.partition, finding.seq), None)
+        ident = (incarnation, finding.key.partition, finding.seq)
+        remembered = self._acked.pop(ident, None)
+        broker = self._brokers.pop(ident, None)
         if canary is None or canary.seq != finding.seq or StreamKey.of(canary) != finding.key:
             canary = remembered
         if canary is None:
@@ -352,7 +373,7 @@ class Stage:
             produced_ns = None
         else:
             trace_context, produced_ns = canary.trace_context, canary.produced_ns
-        finding = dataclasses.replace(finding, trace_context=trace_context)
+        finding = dataclasses.replace(finding, trace_context=trace_context, broker=broker)
         ids = self._fate_span(finding, arrival)
         if finding.outcome is not Outcome.DELIVERED:
             fields = self._join_fields(

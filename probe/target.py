@@ -34,8 +34,10 @@ from probe.config import ProbeConfig, StageName, TargetKind
 from probe.errors import TransportError
 from probe.judge import Judge, JudgePolicy, OwnProbe
 from probe.keys import KeySource
+from probe.leadership import LeaderKeeper, LeaderPlan, plan_leaders
 from probe.metrics import ProbeMetrics
 from probe.producer import CanaryProducer, next_tick_ns
+from probe.replicas import TopicReplicas, replica_health
 from probe.stage import Recorder, Stage
 from probe.transport import TRANSPORTS, Transport
 
@@ -49,6 +51,11 @@ def target_name(config: ProbeConfig, kind: TargetKind) -> str:
 
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
+
+
+# A paced round spreads over at most this share of the interval: the rest is slack
+# for the last canaries' acknowledgements before the next round starts.
+SPREAD_SHARE = 0.8
 
 
 class TargetProbe:
@@ -114,6 +121,10 @@ class TargetProbe:
         self._readers: dict[StageName, Transport] = {}
         self.producer: CanaryProducer | None = None
         self.partitions: list[int] = []
+        # Leaders, replicas and ISR as the last refresh saw them (None: unknown, or MQTT).
+        self.replicas: TopicReplicas | None = None
+        self._leaders = LeaderKeeper()
+        self._spreading: asyncio.Task[None] | None = None
         self._refreshing: asyncio.Task[list[int]] | None = None
         # None until the first outcome of connecting is known: the first state, ready
         # or not, is logged (a topic missing from the start must not go unsaid).
@@ -185,14 +196,63 @@ class TargetProbe:
             spacing=self.layout.spacing,
             send_timeout=self.layout.send_timeout,
             clock_ns=self._clock_ns,
+            leader_of=self._leader_of,
         )
         await self.refresh()
+
+    def _keep_every_broker_leading(self, transport: Transport, replicas: TopicReplicas) -> None:
+        """With topic management on, give every broker the lead of a canary partition
+        (probe.leadership), in the background: admin requests may take long, a round
+        must not wait for them. Acts only when the broker set changed, at most every
+        LeaderKeeper.min_gap, so it never churns."""
+        if not (self.kind is TargetKind.KAFKA and self.config.kafka.create_topic):
+            return
+        if self._spreading is not None and not self._spreading.done():
+            return
+        now = time.monotonic()
+        if not self._leaders.due(replicas.brokers, now):
+            return
+        plan = plan_leaders(replicas)
+        if plan.empty:
+            self._leaders.settled(replicas.brokers)
+            return
+        self._leaders.acted(now)
+        self._spreading = asyncio.create_task(
+            self._spread(transport, plan, replicas), name=f"leaders {self.target}"
+        )
+
+    async def _spread(
+        self, transport: Transport, plan: LeaderPlan, replicas: TopicReplicas
+    ) -> None:
+        leaderless = replica_health(replicas).leaderless_brokers
+        log.info(
+            "target %s: brokers %s lead no canary partition; plan: grow to %s, reassign %s, "
+            "elect %s",
+            self.target,
+            list(leaderless),
+            plan.grow_to,
+            {change.partition: list(change.replicas) for change in plan.reassign},
+            list(plan.elect),
+        )
+        problems = await transport.spread_leaders(plan)
+        if problems:
+            log.warning(
+                "target %s: cannot give every broker a canary partition to lead (%s); brokers "
+                "leading none are not measured (synthetic_sla_brokers_without_canary_leader)",
+                self.target,
+                "; ".join(problems),
+            )
+
+    def _leader_of(self, partition: int) -> int | None:
+        return None if self.replicas is None else self.replicas.leader_of(partition)
 
     def _count_reconnect(self) -> None:
         if self._metrics is not None:
             self._metrics.reconnected(self.target)
 
     async def close(self) -> None:
+        if self._spreading is not None:
+            self._spreading.cancel()
         transports = [t for t in (self.transport, *self._readers.values()) if t is not None]
         await asyncio.gather(*(transport.close() for transport in transports))
 
@@ -232,8 +292,13 @@ class TargetProbe:
         now_ns = self._clock_ns()
         for stage in self.stages:
             stage.watch(partitions, now_ns)
+        self.replicas = transport.replicas()
+        if self.replicas is not None:
+            self._keep_every_broker_leading(transport, self.replicas)
         if self._metrics is not None:
             self._metrics.target_partitions(self.target, len(partitions))
+            if self.replicas is not None:
+                self._metrics.target_replicas(self.target, replica_health(self.replicas))
         problems = [
             await self._cover_reader(name, reader, timeout)
             for name, reader in self._readers.items()
@@ -258,14 +323,15 @@ class TargetProbe:
         problem = reader.read_problem()
         return f"{stage}: {problem}" if problem else ""
 
-    async def produce_round(self) -> None:
+    async def produce_round(self, spread_within: float | None = None) -> None:
         """Refresh metadata, then one canary to every partition the consumer covers.
 
         When the refresh fails the last known partitions are used, so an outage shows
         up as produce failures rather than as silence. Rounds may overlap: while an
         earlier round's refresh still waits on the broker, a round takes the last known
         partitions instead of a second refresh. Every canary of the round is
-        acknowledged or failed within the send timeout from the round's start.
+        acknowledged or failed within the send timeout from the round's start, plus
+        the time the round's pacing held it back (at most ``spread_within`` seconds).
         """
         assert self.producer is not None, "connect() first"
         deadline = asyncio.get_running_loop().time() + self.layout.send_timeout
@@ -274,7 +340,7 @@ class TargetProbe:
             partitions = await self._refreshing
         else:
             partitions = self.partitions
-        await self.producer.produce_round(partitions, deadline)
+        await self.producer.produce_round(partitions, deadline, spread_within)
 
     async def run_rounds(self, interval: float, stop: asyncio.Event) -> None:
         """Start a round on every wall-clock tick of the interval until stop is set.
@@ -282,8 +348,9 @@ class TargetProbe:
         Every tick is a round, whatever the previous ones do: a round blocked on an
         unreachable broker must not swallow the ticks after it, or an outage would be
         counted in fewer canaries than it lasted. A round ends within two send
-        timeouts (refresh, then sends), so at most ``2 * send_timeout / interval + 1``
-        rounds are ever in flight. On stop, rounds still in flight are cancelled.
+        timeouts (refresh, then sends) plus its pacing (under the interval), so at
+        most ``2 * send_timeout / interval + 2`` rounds are ever in flight. On stop,
+        rounds still in flight are cancelled.
         """
         interval_ns = _ns(interval)
         rounds: set[asyncio.Task[None]] = set()
@@ -296,7 +363,10 @@ class TargetProbe:
                     return
                 except TimeoutError:
                     pass
-                round_ = asyncio.create_task(self.produce_round(), name=f"round {self.target}")
+                round_ = asyncio.create_task(
+                    self.produce_round(spread_within=SPREAD_SHARE * interval),
+                    name=f"round {self.target}",
+                )
                 rounds.add(round_)
                 round_.add_done_callback(self._round_done(rounds))
         finally:

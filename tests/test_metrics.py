@@ -11,15 +11,26 @@ from pathlib import Path
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 
 from probe.canary import Canary
 from probe.config import load
 from probe.embedded import EmbeddedBroker
-from probe.endpoints import MetricsServer, build_app
-from probe.errors import RejectReason
+from probe.endpoints import MetricsServer, build_app, exposition
+from probe.errors import ConfigError, RejectReason
 from probe.judge import Fate, Judge, JudgePolicy, Outcome, OwnProbe, StreamKey
-from probe.metrics import ProbeMetrics, latency_buckets, service_metrics
+from probe.metrics import (
+    PartitionSeries,
+    ProbeMetrics,
+    latency_buckets,
+    service_metrics,
+    stale_after,
+)
+from probe.replicas import replica_health
 from tests.conftest import RunningProbe, parse_samples, run_args, sample, wait_for
+from tests.test_replicas import recorded_topic
 
 SECOND = 1_000_000_000
 OWN = OwnProbe("p1", incarnation=1)
@@ -126,6 +137,67 @@ def test_staleness_rises_at_scrape_time_while_silent() -> None:
     assert sample(_samples(registry), "synthetic_sla_partition_staleness_seconds") == 1.0
 
 
+@pytest.mark.parametrize(
+    ("mode", "partitions_with_a_series"),
+    [(PartitionSeries.ALL, [0, 1, 2]), (PartitionSeries.STALE, [1, 2]), (PartitionSeries.NONE, [])],
+)
+def test_partition_series_follow_the_setting_and_the_aggregates_are_always_there(
+    mode: PartitionSeries, partitions_with_a_series: list[int]
+) -> None:
+    clock = Clock()
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(
+        registry, clock_ns=clock, partition_series=mode, stale_after_s={"consumer": 25.0}
+    )
+    judge = Judge(JudgePolicy(freshness_ns=5 * SECOND, loss_timeout_ns=60 * SECOND), own=OWN)
+    metrics.declare_stage("kafka", "consumer", judge)
+    for partition in (0, 1, 2):
+        judge.watch(StreamKey("p1", "kafka", partition), 0)
+    clock.now_ns = 100 * SECOND
+    # Partition 0 is fresh (a canary of 90 s); 1 (staleness 30 s) and 2 (100 s) are stale.
+    judge.on_arrived(Canary("p1", 1, "kafka", 0, 0, produced_ns=90 * SECOND), 91 * SECOND)
+    judge.on_arrived(Canary("p1", 1, "kafka", 1, 0, produced_ns=70 * SECOND), 71 * SECOND)
+    for body in (
+        _samples(registry),
+        parse_samples(exposition(registry, "")[0].decode()),
+        _openmetrics_samples(exposition(registry, "application/openmetrics-text")[0]),
+    ):
+        per_partition = {
+            int(dict(labels)["partition"]): value
+            for (name, labels), value in body.items()
+            if name == "synthetic_sla_partition_staleness_seconds"
+        }
+        assert sorted(per_partition) == partitions_with_a_series
+        assert sample(body, "synthetic_sla_staleness_max_seconds", stage="consumer") == 100.0
+        assert sample(body, "synthetic_sla_stale_partitions", stage="consumer") == 2
+
+
+def _openmetrics_samples(body: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    assert body.endswith(b"# EOF\n")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in openmetrics_families(body.decode())
+        for s in family.samples
+    }
+
+
+def test_stale_after_is_per_stage_from_the_config() -> None:
+    config = load(overrides={"interval": "30s", "judge.freshness": "2s", "sink.freshness": "40s"})
+    _, metrics = service_metrics(config, sink=True)
+    judge = Judge(JudgePolicy(freshness_ns=SECOND, loss_timeout_ns=SECOND))
+    metrics.declare_stage("kafka", "consumer", judge)
+    metrics.declare_stage("kafka", "sink", judge)
+    assert stale_after(30.0, 2.0) == 32.0
+    thresholds = {s.stage: s.stale_after_ns for s in metrics.staleness.sources()}
+    assert thresholds == {"consumer": 32 * SECOND, "sink": 70 * SECOND}
+
+
+def test_a_bad_partition_series_setting_names_the_field() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(overrides={"metrics.partition_series": "some"})
+    assert caught.value.field == "metrics.partition_series"
+
+
 async def test_openmetrics_when_asked_and_readiness() -> None:
     registry, _, _ = _stage(Clock())
     ready = {"value": False}
@@ -175,3 +247,45 @@ def test_promtool_finds_nothing_to_say_about_a_running_probe(
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == ""
     assert result.stderr.strip() == ""
+
+
+def test_recorded_three_broker_metadata_becomes_per_broker_series() -> None:
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    judge = Judge(JudgePolicy(freshness_ns=5 * SECOND, loss_timeout_ns=60 * SECOND), own=OWN)
+    metrics.declare_target("kafka")
+    metrics.declare_stage("kafka", "consumer", judge)
+    topic = recorded_topic()
+    metrics.target_replicas("kafka", replica_health(topic))
+    samples = _samples(registry)
+    assert sample(samples, "synthetic_sla_brokers") == 3
+    assert sample(samples, "synthetic_sla_partitions_offline") == 1
+    assert sample(samples, "synthetic_sla_partitions_under_replicated") == 3
+    assert sample(samples, "synthetic_sla_partitions_under_min_isr") == 2
+    assert sample(samples, "synthetic_sla_min_insync_replicas") == 2
+    assert sample(samples, "synthetic_sla_brokers_without_canary_leader") == 1
+    led = {b: sample(samples, "synthetic_sla_broker_leader_partitions", broker=b) for b in "123"}
+    assert led == {"1": 3, "2": 2, "3": 0}
+    # Every broker's outcome series exists at zero, the one leading nothing too.
+    for broker in "123":
+        key = (
+            "synthetic_sla_broker_canaries_total",
+            (("broker", broker), ("outcome", "lost"), ("stage", "consumer"), ("target", "kafka")),
+        )
+        assert samples[key] == 0
+    # A fate counts against the broker that led its partition when it was produced.
+    key = StreamKey("p1", "kafka", 4)
+    metrics.count(
+        "kafka",
+        "consumer",
+        [
+            Fate(key, 0, Outcome.DELIVERED, SECOND // 10, broker=topic.leader_of(4)),
+            Fate(key, 1, Outcome.LOST, None, broker=topic.leader_of(4)),
+            Fate(key, 2, Outcome.DELIVERED, SECOND // 10),  # leader unknown: no broker series
+        ],
+    )
+    samples = _samples(registry)
+    assert sample(samples, "synthetic_sla_broker_canaries_total", broker="2") == 2
+    assert sample(samples, "synthetic_sla_broker_canaries_total", broker="2", outcome="lost") == 1
+    assert sample(samples, "synthetic_sla_broker_e2e_latency_seconds_count", broker="2") == 1
+    assert sample(samples, "synthetic_sla_canaries_total", outcome="delivered") == 2

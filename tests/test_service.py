@@ -220,7 +220,7 @@ def test_once_on_a_missing_topic_says_why_and_how_to_fix_it(
 ) -> None:
     result = subprocess.run(
         [SLA_PROBE, "once", "--json", "--bootstrap-servers", broker.bootstrap_servers,
-         "--topic", topic],
+         "--topic", topic, "--no-create-topic"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 1
@@ -228,10 +228,11 @@ def test_once_on_a_missing_topic_says_why_and_how_to_fix_it(
     assert report["ok"] is False
     assert report["error"] == (
         f"topic {topic} not found: create it, or let the probe create it "
-        "(--create-topic, kafka.create_topic: true)"
+        "(drop --no-create-topic, kafka.create_topic: true)"
     )
     table = subprocess.run(
-        [SLA_PROBE, "once", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic],
+        [SLA_PROBE, "once", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic,
+         "--no-create-topic"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert f"error: topic {topic} not found: create it" in table.stdout
@@ -338,6 +339,7 @@ def test_run_on_a_missing_topic_says_so_once_and_when_it_recovers(
     broker: EmbeddedBroker, topic: str, key_file: Path, start_probe: Callable[..., RunningProbe]
 ) -> None:
     args = [a for a in run_args(broker.bootstrap_servers, topic, key_file) if a != "--create-topic"]
+    args.append("--no-create-topic")
     probe = start_probe(*args)
 
     def said(text: str) -> list[str]:

@@ -121,7 +121,7 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
             check=False,
         )
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 43 rules found" in result.stdout
+        assert "SUCCESS: 49 rules found" in result.stdout
 
 
 @pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda path: path.stem)
@@ -202,8 +202,10 @@ def test_values_reach_the_thresholds() -> None:
     alerts = {}
     for alert in _alerts(render_rules.render_rule_groups(values)):
         alerts.setdefault(alert["alert"], []).append(alert)
-    (silent,) = alerts["SyntheticSlaPartitionSilent"]
+    # Per partition, and from the stage's aggregate when the probe exports no partitions.
+    silent, aggregate = alerts["SyntheticSlaPartitionSilent"]
     assert silent["expr"].endswith("> 90")  # max(60 s, 3 x 30 s)
+    assert "synthetic_sla_staleness_max_seconds) > 90\nunless" in aggregate["expr"]
     skew_page, skew_ticket = alerts["SyntheticSlaWatermarkSkewBudgetBurn"]
     skew_sli = "target:synthetic_sla_watermark_skew:ratio_rate1h"
     assert f"(1 - {skew_sli}) / (1 - 0.98) > 14.4" in skew_page["expr"]

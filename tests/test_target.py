@@ -7,7 +7,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from probe.config import ProbeConfig, StageName, load
@@ -18,6 +20,7 @@ from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
 from probe.report import Tally
 from probe.target import TargetProbe
+from probe.transport import kafka as kafka_transport
 from tests.conftest import until
 
 
@@ -214,3 +217,75 @@ async def test_every_tick_of_an_outage_is_a_round_and_every_canary_has_a_fate(
     started = registry.get_sample_value("synthetic_sla_rounds_total", {"target": "kafka"})
     assert started is not None
     assert 3 * (started - 1) <= sum(outcomes.values()) <= 3 * started, (dict(outcomes), started)
+
+
+async def test_a_large_topic_is_read_where_canaries_are_on_their_way(
+    broker: EmbeddedBroker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above FOLLOW_ABOVE partitions the reader follows the writer: every canary is
+    still delivered, and a record nobody expects is read once the probe writes to
+    its partition again (the next round), not lost and not counted twice."""
+    monkeypatch.setattr(kafka_transport, "FOLLOW_ABOVE", 0)
+    tally = Tally("kafka")
+    probe = TargetProbe(
+        _config(broker, topic, **{"kafka.partitions": 6}), generate_key_ring(), [tally]
+    )
+    await probe.connect(give_up_after=10)
+    consumer = asyncio.create_task(probe.consume())
+    try:
+        for _ in range(3):
+            await probe.produce_round()
+        await until(lambda: probe.judge.pending_count() == 0, 10, "every fate")
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+        producer.produce(topic, b"not a canary", partition=4)
+        assert producer.flush(10) == 0
+        await probe.produce_round()
+        stage = tally.stages[StageName.CONSUMER]
+        await until(lambda: sum(stage.invalid.values()) == 1, 10, "the stray record read")
+        await until(lambda: probe.judge.pending_count() == 0, 10, "every fate")
+    finally:
+        consumer.cancel()
+        await probe.close()
+    assert stage.outcomes == {Outcome.DELIVERED.value: 24}
+    assert sum(stage.invalid.values()) == 1
+
+
+async def test_the_real_brokers_metadata_becomes_per_broker_series(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """One broker: it leads every canary partition, every fate is counted against it,
+    and nothing is under-replicated or offline."""
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    probe = TargetProbe(
+        _config(broker, topic, **{"kafka.partitions": 4}),
+        generate_key_ring(),
+        [metrics],
+        metrics=metrics,
+    )
+    await probe.connect(give_up_after=10)
+    consumer = asyncio.create_task(probe.consume())
+    try:
+        for _ in range(2):
+            await probe.produce_round()
+        await until(lambda: probe.judge.pending_count() == 0, 10, "every fate")
+    finally:
+        consumer.cancel()
+        await probe.close()
+    assert probe.replicas is not None
+    (node,) = probe.replicas.brokers
+    assert {probe.replicas.leader_of(p) for p in range(4)} == {node}
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"target": "kafka", **labels})
+
+    assert value("synthetic_sla_brokers") == 1
+    assert value("synthetic_sla_broker_leader_partitions", broker=str(node)) == 4
+    assert value("synthetic_sla_brokers_without_canary_leader") == 0
+    assert value("synthetic_sla_partitions_under_replicated") == 0
+    assert value("synthetic_sla_partitions_offline") == 0
+    assert value("synthetic_sla_partitions_under_min_isr") == 0
+    delivered = {"stage": "consumer", "broker": str(node), "outcome": "delivered"}
+    assert value("synthetic_sla_broker_canaries_total", **delivered) == 8
+    latency = {"stage": "consumer", "broker": str(node)}
+    assert value("synthetic_sla_broker_e2e_latency_seconds_count", **latency) == 8

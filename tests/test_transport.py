@@ -17,12 +17,13 @@ def test_layouts_follow_the_config() -> None:
             "mqtt.url": "mqtt://broker",
             "mqtt.bridge.topic": "bridged",
             "mqtt.max_send_rate": 100,
+            "kafka.max_send_rate": 2000,
             "targets": "kafka,mqtt",
             "mqtt.target": "mqtt-target",
         }
     )
     kafka = TRANSPORTS[TargetKind.KAFKA].layout(config)
-    assert (kafka.label, kafka.stages, kafka.spacing) == ("kafka", (StageName.CONSUMER,), 0.0)
+    assert (kafka.label, kafka.stages, kafka.spacing) == ("kafka", (StageName.CONSUMER,), 0.0005)
     assert kafka.routed(StageName.CONSUMER)
     mqtt = TRANSPORTS[TargetKind.MQTT].layout(config)
     assert mqtt.label == "mqtt-target"
@@ -31,3 +32,10 @@ def test_layouts_follow_the_config() -> None:
     assert mqtt.routed(StageName.MQTT)
     assert not mqtt.routed(StageName.BRIDGE)  # the bridge puts a shard where it likes
     assert set(mqtt.readers) == {StageName.BRIDGE}
+
+
+def test_kafka_rounds_are_paced_unless_told_not_to() -> None:
+    paced = load(overrides={"kafka.bootstrap_servers": "kafka:9092"})
+    assert TRANSPORTS[TargetKind.KAFKA].layout(paced).spacing == 0.001  # 1,000/s
+    burst = load(overrides={"kafka.bootstrap_servers": "kafka:9092", "kafka.max_send_rate": 0})
+    assert TRANSPORTS[TargetKind.KAFKA].layout(burst).spacing == 0.0

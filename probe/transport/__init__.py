@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from probe.config import ProbeConfig, StageName, TargetKind
+from probe.leadership import LeaderPlan
+from probe.replicas import TopicReplicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,15 @@ class Transport(Protocol):
         """Why the reader cannot read right now, or None: a fetch that keeps failing
         (records it cannot decode, say), which a covered reader does not show."""
 
+    def replicas(self) -> TopicReplicas | None:
+        """Leaders, replicas and in-sync replicas of the partitions as the last
+        :meth:`partitions` refresh saw them; None where the protocol has no brokers
+        holding partitions (MQTT)."""
+
+    async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
+        """Carry out a leader plan (probe.leadership): grow, reassign, elect. What could
+        not be done, in words (no permission, a broker without the API); never raises."""
+
     async def close(self) -> None: ...
 
 
@@ -127,13 +138,21 @@ class _Kafka:
     def layout(self, config: ProbeConfig) -> TargetLayout:
         # The sink stage judges in Spark (probe.spark), not in this process's target.
         stages = (StageName.CONSUMER,)
-        return TargetLayout(config.target, stages, config.kafka.send_timeout, 0.0)
+        rate = config.kafka.max_send_rate
+        spacing = 1.0 / rate if rate else 0.0
+        return TargetLayout(config.target, stages, config.kafka.send_timeout, spacing)
 
     def transport(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
         # aiokafka reconnects inside its clients and does not tell: nothing to count.
         from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
 
-        return KafkaTransport(config.kafka)
+        return KafkaTransport(config.kafka, hold=config.judge.loss_timeout)
+
+    def reader(self, config: ProbeConfig) -> Transport:
+        """A transport that only reads a topic someone else fills (the bridge's)."""
+        from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
+
+        return KafkaTransport(config.kafka, writes=False)
 
 
 class _Mqtt:
@@ -142,9 +161,7 @@ class _Mqtt:
         readers: dict[StageName, Callable[[], Transport]] = {}
         if StageName.BRIDGE in mqtt.stages:
             bridged = bridge_config(config)
-            readers[StageName.BRIDGE] = lambda: _Kafka().transport(
-                bridged, on_reconnect=lambda: None
-            )
+            readers[StageName.BRIDGE] = lambda: _Kafka().reader(bridged)
         spacing = 1.0 / mqtt.max_send_rate if mqtt.max_send_rate else 0.0
         stages = tuple(StageName(stage) for stage in mqtt.stages)
         return TargetLayout(mqtt.target, stages, mqtt.send_timeout, spacing, readers)

@@ -57,6 +57,7 @@ from tenacity import (
 
 from probe.config import MqttConfig, MqttTlsConfig, parse_mqtt_url
 from probe.errors import ProduceFailed, ProduceFailure, TransportError
+from probe.leadership import LeaderPlan
 from probe.transport import Arrival
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,13 @@ class MqttTransport:
     async def arrivals(self) -> AsyncIterator[Arrival]:
         while True:
             yield await self._arrivals.get()
+
+    def replicas(self) -> None:
+        """MQTT has no partition leaders: nothing to attribute a canary to."""
+        return None
+
+    async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
+        return ["MQTT has no partition leaders"]
 
     def read_problem(self) -> str | None:
         # A lost subscription is what stops reading here, and cover() reports it.

@@ -388,6 +388,79 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
           runbook_url: {{ printf "%s#syntheticslaprobeabsent" $runbook }}
       {{- end }}
       {{- end }}
+  {{- /*
+  Scale (issue 14): rules that work whatever metrics.partition_series exports (every
+  partition, only the stale ones, or none) and say which broker is burning. Kept in a
+  group of their own.
+  */}}
+  - name: synthetic-sla-probe.scale
+    rules:
+      {{- with $alerts.partitionSilent }}
+      {{- if .enabled }}
+      {{- $silentAfter := maxf 60 (mulf 3 $.Values.config.interval) }}
+      # The same page from the per-stage aggregate, for a probe that exports no
+      # per-partition staleness (metrics.partition_series: none). Where the probe does
+      # export it (all; stale, which has a series for every partition past one missed
+      # round), the per-partition alert above fires instead and this one stays quiet.
+      - alert: SyntheticSlaPartitionSilent
+        expr: |-
+          max by (target, stage) (synthetic_sla_staleness_max_seconds) > {{ $silentAfter }}
+          unless on (target, stage)
+          max by (target, stage) (synthetic_sla_partition_staleness_seconds)
+        labels:
+          severity: {{ index $severity .severity }}
+          # Tells this form from the per-partition one (promtool rejects two rules of
+          # one name and the same labels); routing and inhibition match either.
+          scope: stage
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.target }}/{{ $labels.stage }}: a partition has had no canary for {{ $value | humanizeDuration }}` | quote }}
+          description: {{ printf "The stalest partition of stage {{ $labels.stage }} of target {{ $labels.target }} last had a canary {{ $value | humanizeDuration }} ago (threshold %vs: max(60s, 3 x the %vs interval)); synthetic_sla_stale_partitions says how many are stale. This probe exports no per-partition staleness (metrics.partition_series), so the alert cannot name the partition: the probe's logs do (lost and failed canaries name theirs)." $silentAfter $.Values.config.interval | quote }}
+          runbook_url: {{ printf "%s#syntheticslapartitionsilent" $runbook }}
+      {{- end }}
+      {{- end }}
+      # Availability per broker: each canary counts against the broker that led its
+      # partition when it was produced, so a bad broker burns its own series.
+      {{- range $window := list "5m" "30m" "1h" "6h" }}
+      - record: target_stage_broker:synthetic_sla_availability:ratio_rate{{ $window }}
+        expr: |-
+          sum by (target, stage, broker) (rate(synthetic_sla_broker_canaries_total{outcome="delivered"}[{{ $window }}]))
+          /
+          sum by (target, stage, broker) (rate(synthetic_sla_broker_canaries_total[{{ $window }}]))
+      {{- end }}
+      {{- with $alerts.brokerBurn }}
+      {{- if .enabled }}
+      {{- $objective := $slo.availability.objective }}
+      # Which broker burns the availability budget: the page pairs of the SLO alert
+      # (1h and 5m at 14.4x, 6h and 30m at 6x) on one broker's canaries. It names the
+      # broker the availability page does not.
+      - alert: SyntheticSlaBrokerAvailabilityBurn
+        expr: |-
+          (
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate1h) / (1 - {{ $objective }}) > 14.4
+            and
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate5m) / (1 - {{ $objective }}) > 14.4
+          )
+          or
+          (
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate6h) / (1 - {{ $objective }}) > 6
+            and
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate30m) / (1 - {{ $objective }}) > 6
+          )
+        labels:
+          severity: {{ index $severity .severity }}
+          slo: availability
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.target }}/{{ $labels.stage }}: canaries led by broker {{ $labels.broker }} burn the availability budget` | quote }}
+          description: {{ printf "Canaries whose partition broker {{ $labels.broker }} led when they were produced fail at stage {{ $labels.stage }} of target {{ $labels.target }} fast enough to spend the availability budget {{ $value | humanize }}x faster than sustainable (1h and 5m at 14.4x, or 6h and 30m at 6x; objective %v). Look at that broker first." $objective | quote }}
+          runbook_url: {{ printf "%s#syntheticslabrokeravailabilityburn" $runbook }}
+      {{- end }}
+      {{- end }}
 {{- end -}}
 
 {{/* "1h and 5m at 14.4x, or 6h and 30m at 6x" */}}

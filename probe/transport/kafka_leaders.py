@@ -1,0 +1,122 @@
+"""Carrying out a leader plan (probe.leadership) on Kafka with the admin API.
+
+aiokafka's admin client creates partitions but has neither partition reassignment
+nor leader election: the requests are sent through its client as protocol structs,
+AlterPartitionReassignments from aiokafka's own protocol module and ElectLeaders v0
+(KIP-460's preferred election, which aiokafka does not define) from here. Kafka
+answers both from 2.4 on; a broker that does not know them (the embedded one) or a
+probe without the ACL gets a problem back in words, never an exception: the probe
+then measures the brokers it can, and the brokers that lead nothing are counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+from aiokafka.errors import KafkaError, for_code
+from aiokafka.protocol.admin import AlterPartitionReassignmentsRequest
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
+
+from probe.leadership import LeaderPlan
+
+TIMEOUT_MS = 30_000
+
+
+class ElectLeadersResponse_v0(Response):  # type: ignore[misc]  # names as aiokafka names them
+    API_KEY = 43
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "replica_election_results",
+            Array(
+                ("topic", String("utf-8")),
+                (
+                    "partition_result",
+                    Array(
+                        ("partition_id", Int32),
+                        ("error_code", Int16),
+                        ("error_message", String("utf-8")),
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+class ElectLeadersRequest_v0(RequestStruct):  # type: ignore[misc]
+    API_KEY = 43
+    API_VERSION = 0
+    RESPONSE_TYPE = ElectLeadersResponse_v0
+    SCHEMA = Schema(
+        ("topic_partitions", Array(("topic", String("utf-8")), ("partition_id", Array(Int32)))),
+        ("timeout_ms", Int32),
+    )
+
+
+class ElectLeadersRequest(Request[ElectLeadersRequest_v0]):  # type: ignore[misc]
+    """A preferred leader election for some partitions of one topic."""
+
+    API_KEY = 43
+
+    def __init__(self, topic: str, partitions: list[int], timeout_ms: int) -> None:
+        self._topic = topic
+        self._partitions = partitions
+        self._timeout_ms = timeout_ms
+
+    def build(self, request_struct_class: type[ElectLeadersRequest_v0]) -> ElectLeadersRequest_v0:
+        return request_struct_class([(self._topic, self._partitions)], self._timeout_ms)
+
+
+async def carry_out(admin: AIOKafkaAdminClient, topic: str, plan: LeaderPlan) -> list[str]:
+    """Grow, reassign, elect, in that order; what could not be done, in words."""
+    problems: list[str] = []
+    if plan.grow_to is not None:
+        try:
+            await admin.create_partitions({topic: NewPartitions(plan.grow_to)}, TIMEOUT_MS)
+        except KafkaError as exc:
+            problems.append(f"growing {topic} to {plan.grow_to} partitions: {exc}")
+    if plan.reassign:
+        moves: list[Any] = [(c.partition, list(c.replicas), {}) for c in plan.reassign]
+        request = AlterPartitionReassignmentsRequest(TIMEOUT_MS, [(topic, moves, {})], {})
+        problems += await _send(admin, request, "reassigning", _reassign_errors)
+    if plan.elect:
+        request = ElectLeadersRequest(topic, list(plan.elect), TIMEOUT_MS)
+        problems += await _send(admin, request, "electing preferred leaders", _elect_errors)
+    return problems
+
+
+async def _send(admin: AIOKafkaAdminClient, request: Any, doing: str, errors: Any) -> list[str]:
+    try:
+        # The admin client's own way to the controller (private in aiokafka 0.14).
+        response = await admin._send_to_controller(request)
+    except (KafkaError, NotImplementedError) as exc:
+        return [f"{doing}: {type(exc).__name__}: {exc}"]
+    found: list[str] = errors(response)
+    return [f"{doing}: {problem}" for problem in found]
+
+
+def _reassign_errors(response: Any) -> list[str]:
+    problems = []
+    if response.error_code:
+        problems.append(f"{for_code(response.error_code).__name__} {response.error_message or ''}")
+    for topic_result in response.responses:
+        for partition, code, message, *_ in topic_result[1]:
+            if code:
+                problems.append(f"partition {partition}: {for_code(code).__name__} {message or ''}")
+    return [p.strip() for p in problems]
+
+
+def _elect_errors(response: Any) -> list[str]:
+    return [
+        f"partition {partition}: {for_code(code).__name__} {message or ''}".strip()
+        for _, results in response.replica_election_results
+        for partition, code, message in results
+        if code not in (0, _ELECTION_NOT_NEEDED)
+    ]
+
+
+# The preferred leader already leads: not a problem.
+_ELECTION_NOT_NEEDED = 84
