@@ -121,38 +121,34 @@ def decode_canaries(
     def decode_frames(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         from probe.canary import Canary  # noqa: PLC0415 - runs on the executors
         from probe.keys import KeyRing  # noqa: PLC0415
+        from probe.spark.rows import typed_frame  # noqa: PLC0415
         from probe.stage import classify  # noqa: PLC0415
 
         keyring = KeyRing.from_json(keyring_json)
         for frame in frames:
-            rows = []
+            rows: list[dict[str, object]] = []
             for kafka_partition, offset, value in zip(
                 frame["partition"], frame["offset"], frame["value"], strict=True
             ):
                 payload = bytes(value) if value is not None else b""
                 verdict = classify(payload, keyring, probe_id, max_size=max_size)
                 kept = isinstance(verdict, Canary) and verdict.partition == kafka_partition
-                canary = verdict if isinstance(verdict, Canary) and kept else None
-                rows.append(
-                    (
-                        int(kafka_partition),
-                        int(offset),
-                        kept,
-                        *(
-                            (
-                                canary.probe_id,
-                                canary.incarnation,
-                                canary.target,
-                                canary.partition,
-                                canary.seq,
-                                canary.produced_ns,
-                                canary.trace_context,
-                            )
-                            if canary is not None
-                            else (None,) * len(CANARY_FIELDS.fields)
-                        ),
+                row: dict[str, object] = dict.fromkeys(CANARY_FIELDS.fieldNames())
+                if isinstance(verdict, Canary) and kept:
+                    row.update(
+                        probe_id=verdict.probe_id,
+                        incarnation=verdict.incarnation,
+                        target=verdict.target,
+                        partition=verdict.partition,
+                        seq=verdict.seq,
+                        produced_ns=verdict.produced_ns,
+                        trace_context=verdict.trace_context,
                     )
+                row.update(
+                    kafka_partition=int(kafka_partition), kafka_offset=int(offset), in_table=kept
                 )
-            yield pd.DataFrame(rows, columns=DECODED_CANARY.fieldNames())
+                rows.append(row)
+            # Exact integers: a frame mixing canaries and other records has nulls.
+            yield typed_frame(rows, DECODED_CANARY)
 
     return decode_frames

@@ -31,8 +31,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from kafka.errors import KafkaError
+from py4j.protocol import Py4JError
 from pyspark import StorageLevel
-from pyspark.errors import AnalysisException
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -45,7 +47,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from probe.errors import ConfigError
+from probe.errors import ConfigError, ReconcileFailed
 from probe.reconcile.outcome import Reconciliation, Samples, Tally, WindowResult
 from probe.reconcile.windows import (
     PartitionLog,
@@ -144,9 +146,14 @@ class ReconcileJob:
             )
 
     def run(self, run_id: str) -> Reconciliation:
+        """Plan and compare. Raises ReconcileFailed when no comparison could be made
+        (brokers, topic, a Spark job), ConfigError for a table that does not fit."""
         started_ms = self._clock_ms()
-        windows = self.plan(started_ms)
-        results = self.compare(windows)
+        try:
+            windows = self.plan(started_ms)
+            results = self.compare(windows)
+        except (KafkaError, ValueError, OSError, Py4JError, PySparkException) as exc:
+            raise ReconcileFailed(_reason(exc)) from exc
         return Reconciliation(
             run_id, self.settings.topic, self.settings.table, started_ms, self._clock_ms(), results
         )
@@ -401,6 +408,13 @@ def _in_windows(rows: DataFrame, plan: DataFrame) -> DataFrame:
         & (F.col("kafka_offset") < F.col("window_end")),
     )
     return placed.drop("plan_partition", "window_start", "window_end")
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying why a run failed: Spark's and py4j's messages run to pages."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= 500 else text[:497] + "..."
 
 
 def _or(offset: int | None, default: int) -> int:
