@@ -527,7 +527,8 @@ def reconcile(
         except ConfigError as error:  # the metrics port or host
             _fail_config(error)
         return
-    logs.configure(config.log_level if config.log_level != "info" else "warning")
+    # The report is the output: the log's per-window warnings would repeat it.
+    logs.configure(config.log_level if config.log_level != "info" else "error")
     try:
         code = reconcile_once(
             reconcile_session(config),

@@ -90,7 +90,7 @@ def settings_of(config: ProbeConfig, keyring_json: str | None) -> ReconcileSetti
 
 def reconcile_session(config: ProbeConfig) -> SparkSession:
     """A Spark session built as the sink stage's is (``sink.master``, ``sink.spark_conf``,
-    Spark's own output to ``sink.spark_log``)."""
+    Spark's own output to ``sink.spark_log``): one place to say where Spark runs."""
     output = None
     if starts_own_jvm():
         sink = config.sink
@@ -104,6 +104,7 @@ def reconcile_session(config: ProbeConfig) -> SparkSession:
         app_name="synthetic-sla-reconcile",
         spark_output=output,
         spark_conf=config.sink.spark_conf,
+        streaming=False,
     )
 
 

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyspark
+
 from probe.embedded import free_loopback_port
 
 SPARK_CLASS = str(Path(sys.executable).with_name("spark-class"))
@@ -55,7 +57,14 @@ def standalone_cluster(root: Path, cores: int = 2, memory: str = "2g") -> Iterat
     url = f"spark://127.0.0.1:{port}"
     work_dir = root / "work"
     work_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(work_dir)}
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_WORKER_DIR": str(work_dir),
+        # spark-class looks for Spark with `python3` from PATH unless told: this
+        # interpreter's pyspark is the installation meant.
+        "SPARK_HOME": os.environ.get("SPARK_HOME", os.path.dirname(pyspark.__file__)),
+    }
     master_log, worker_log = root / "master.log", root / "worker.log"
     processes: list[subprocess.Popen[bytes]] = []
     try:
