@@ -38,7 +38,8 @@ planned; the option names are those of Spark's own Kafka connector::
 Each side takes one of ``<side>Offsets`` (``earliest``/``latest`` or a JSON map
 ``{"<partition>": offset}``), ``<side>Timestamp`` (epoch milliseconds, every
 partition) or ``<side>OffsetsByTimestamp`` (a JSON map of milliseconds), with
-``<side>`` ``starting`` or ``ending``. A timestamp stands for the first offset whose
+``<side>`` ``starting`` or ``ending``; ``assign`` (``{"<topic>": [0, 2]}``) reads only
+the partitions named. A timestamp stands for the first offset whose
 record timestamp is at or after it (Kafka's ``offsets_for_times``): the start is
 inclusive, the end exclusive, so ``[t0, t1)`` and ``[t1, t2)`` never share a record.
 A partition a map does not name is read from its beginning to its end; bounds
@@ -626,13 +627,39 @@ def resolve_spec(
     return offsets
 
 
+def assigned(options: Mapping[str, str]) -> set[str] | None:
+    """The partitions ``assign`` names (Spark's Kafka option: ``{"<topic>": [0, 2]}``),
+    None to read them all.
+
+    >>> sorted(assigned({"topic": "t", "assign": '{"t": [2, 0]}'}))
+    ['0', '2']
+    """
+    text = options.get("assign")
+    if not text:
+        return None
+    try:
+        named = json.loads(text).get(options["topic"])
+    except (ValueError, AttributeError):
+        named = None
+    if not isinstance(named, list) or not all(isinstance(p, int) and p >= 0 for p in named):
+        raise ValueError(f'assign must be a JSON map {{"{options["topic"]}": [partition, ...]}}')
+    return {str(p) for p in named}
+
+
 def plan_batch(options: Mapping[str, str]) -> list[OffsetRange]:
     """Every partition's ``[start, end)`` for a batch read of these options, resolved
     against the log as it is now (one listing, on the driver)."""
     starting, ending = bound_spec(options, "starting"), bound_spec(options, "ending")
+    only = assigned(options)
     log = TopicOffsets(options)
     try:
         begin, end = log.bounds()
+        if only is not None:
+            unknown = sorted(only - set(end), key=int)
+            if unknown:
+                raise ValueError(f"topic {log.topic!r} has no partition {', '.join(unknown)}")
+            begin = {p: o for p, o in begin.items() if p in only}
+            end = {p: o for p, o in end.items() if p in only}
         starts = resolve_spec(starting, begin, end, log)
         ends = resolve_spec(ending, begin, end, log)
     finally:
@@ -651,6 +678,7 @@ class KafkaBatchReader(DataSourceReader):
         # Fail at load(), naming the option, rather than in the planner.
         for side in SIDES:
             bound_spec(self.options, side)
+        assigned(self.options)
         pieces = options.get("minPartitions")
         self.min_partitions = int(pieces) if pieces else None
         if self.min_partitions is not None and self.min_partitions < 1:

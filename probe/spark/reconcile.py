@@ -244,9 +244,10 @@ class ReconcileJob:
         reader = self.spark.read.format(SOURCE_NAME)
         options = {
             **s.source_options(),
-            # Partitions with no window: an empty range (clamped to the log).
-            "startingOffsets": json.dumps({**{str(w.partition): 0 for w in windows}, **starts}),
-            "endingOffsets": json.dumps({**{str(w.partition): 0 for w in windows}, **ends}),
+            # Only what the windows cover: other partitions, and other offsets, unread.
+            "assign": json.dumps({s.topic: sorted(int(p) for p in starts)}),
+            "startingOffsets": json.dumps(starts),
+            "endingOffsets": json.dumps(ends),
             "minPartitions": str(self.spark.sparkContext.defaultParallelism),
         }
         for name, value in options.items():

@@ -19,6 +19,7 @@ from probe.spark.kafka_source import (
     BoundSpec,
     KafkaStreamSource,
     OffsetRange,
+    assigned,
     bound_spec,
     clamp_ranges,
     split_ranges,
@@ -203,3 +204,21 @@ async def test_an_unknown_partition_or_topic_fails_the_read_naming_it(
         _read(spark, broker, topic, startingOffsets='{"7": 0}').collect()
     with pytest.raises(Exception, match="not found"):
         _read(spark, broker, f"{topic}-missing").collect()
+
+
+def test_assign_names_the_partitions_to_read() -> None:
+    assert assigned({"topic": "t"}) is None
+    assert assigned({"topic": "t", "assign": '{"t": [1, 3]}'}) == {"1", "3"}
+    with pytest.raises(ValueError, match=r'assign must be a JSON map \{"t": \[partition'):
+        assigned({"topic": "t", "assign": '{"other": [1]}'})
+
+
+async def test_assign_reads_only_the_partitions_named(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str
+) -> None:
+    await _create(broker, topic, 3)
+    _produce(broker, topic, {0: 2, 1: 2, 2: 2}, "a")
+    only = _rows(_read(spark, broker, topic, assign=json.dumps({topic: [2]})))
+    assert only == [(2, 0, "a-2-0"), (2, 1, "a-2-1")]
+    with pytest.raises(Exception, match="has no partition 5"):
+        _read(spark, broker, topic, assign=json.dumps({topic: [5]})).collect()

@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from probe.embedded import EmbeddedBroker
-from probe.errors import ConfigError
+from probe.errors import ConfigError, ReconcileFailed
 from probe.reconcile.outcome import Reconciliation, WindowStatus
 from probe.reconcile.windows import WindowSpec
 from probe.spark.checksum import RecordFormat
@@ -238,3 +238,11 @@ def test_a_table_without_the_named_columns_is_a_config_error(
         )
     with pytest.raises(ConfigError, match=r"^reconcile\.table: no Parquet table at"):
         _job(spark, broker, topic, str(tmp_path / "nowhere"))._sink_table()
+
+
+def test_a_run_that_cannot_compare_fails_saying_why(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    table = _table(tmp_path / "t", _raw_rows({0: 1}), RAW)
+    with pytest.raises(ReconcileFailed, match=f"topic '{topic}-missing' not found"):
+        _job(spark, broker, f"{topic}-missing", table).run("no-topic")
