@@ -430,6 +430,128 @@ def sink(config_file: Path | None, **flags: Any) -> None:
 
 
 @main.command()
+@_options(
+    _config_file(),
+    _bootstrap_servers(),
+    _topic(),
+    _sink_path(),
+    _option(
+        "table",
+        "reconcile.table",
+        "Parquet table to reconcile (default: the sink stage's <sink path>/canaries).",
+        metavar="URI",
+    ),
+    _option(
+        "format",
+        "reconcile.format",
+        "How a record becomes its row: canary (the sink's canaries/), raw (value bytes), "
+        "json (value fields).",
+    ),
+    _option(
+        "partition-column", "reconcile.partition_column", "Table column of the Kafka partition."
+    ),
+    _option("offset-column", "reconcile.offset_column", "Table column of the Kafka offset."),
+    _option(
+        "checksum-columns",
+        "reconcile.checksum_columns",
+        "Table columns the checksum covers, comma-separated (raw: 1; json: the fields).",
+    ),
+    _option("window", "reconcile.window.duration", "Windows of record time (default 5m)."),
+    _option(
+        "window-offsets",
+        "reconcile.window.offsets",
+        "Windows of N offsets instead of time.",
+        metavar="N",
+    ),
+    _option(
+        "settle",
+        "reconcile.settle",
+        "Records younger than this are in flight, not missing (default: sink.freshness).",
+    ),
+    _option("lookback", "reconcile.lookback", "How far back each run looks (default 1h)."),
+    _option(
+        "every",
+        "reconcile.every",
+        "Keep reconciling this often, serving /metrics and /readyz (default: once).",
+    ),
+    _option(
+        "report-path", "reconcile.report_path", "Report table (default <sink path>/reconciliation)."
+    ),
+    _option("run-id", None, "This run's id in the report table (a rerun replaces its rows)."),
+    _spark_log(),
+    _target(),
+    _signing_key_file(),
+    _log_level(),
+    _metrics_port(),
+    _metrics_host(),
+    _option("json", None, "Print the result as JSON.", is_flag=True, flag_value=True),
+)
+def reconcile(
+    config_file: Path | None, json: bool | None, run_id: str | None, **flags: Any
+) -> None:
+    """Prove every record of the topic reached its table, by count and checksum per
+    window and partition (a Spark batch job; spark-submit: probe/spark/submit.py).
+
+    \b
+    sla-probe reconcile --bootstrap-servers kafka:9092 --sink-path /data/sla-sink \\
+        --signing-key-file keys.json           # the sink stage's canaries/ table
+    sla-probe reconcile --topic orders --table s3a://lake/orders --format json \\
+        --checksum-columns id,amount --window 10m --json
+    sla-probe reconcile ... --every 5m --metrics-port 9465     # as a service
+
+    \b
+    Exit codes (one run):
+      0  every window older than the settle delay is complete (unverifiable ones,
+         whose records left the topic, are reported, not judged)
+      1  a record is missing, extra, duplicated or has another checksum; or no
+         comparison could be made (the result says why)
+      2  usage or configuration error: one line on stderr naming the setting
+    """
+    try:
+        config = _load(config_file, flags)
+        config_module.require_for_reconcile(config)
+        if run_id is not None:
+            from probe.reconcile.runner import check_run_id  # noqa: PLC0415 - Spark only here
+
+            check_run_id(run_id)
+        keyring_json = (
+            KeyRingSource.from_file(config.signing_key_file).ring.to_json()
+            if config.reconcile.format == "canary" and config.signing_key_file is not None
+            else None
+        )
+    except ConfigError as error:
+        _fail_config(error)
+        return
+    from probe.reconcile.runner import (  # noqa: PLC0415 - Spark only here
+        reconcile_once,
+        reconcile_session,
+        serve_reconcile,
+    )
+
+    if config.reconcile.every is not None:
+        logs.configure(config.log_level)
+        try:
+            asyncio.run(serve_reconcile(config, keyring_json))
+        except ConfigError as error:  # the metrics port or host
+            _fail_config(error)
+        return
+    # The report is the output: the log's per-window warnings would repeat it.
+    logs.configure(config.log_level if config.log_level != "info" else "error")
+    try:
+        code = reconcile_once(
+            reconcile_session(config),
+            config,
+            keyring_json,
+            run_id=run_id,
+            as_json_output=bool(json),
+        )
+    except ConfigError as error:  # found only once running: a table that does not fit
+        _fail_config(error)
+        return
+    sys.exit(code)
+
+
+@main.command()
 @click.option(
     "--kid",
     default=None,

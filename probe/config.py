@@ -533,6 +533,110 @@ class SinkConfig(_Section):
         return self.skew_threshold if self.skew_threshold is not None else 2 * self.allowed_lateness
 
 
+class ReconcileWindowConfig(_Section):
+    """How each partition is cut for comparison: every ``duration`` of record time
+    (default 5m), or every ``offsets`` offsets. One of them, not both."""
+
+    duration: Annotated[Duration, _between(1.0, DAY)] | None = None
+    offsets: int | None = Field(default=None, ge=1)
+
+    @field_validator("offsets")
+    @classmethod
+    def _one_way(cls, offsets: int | None, info: ValidationInfo) -> int | None:
+        if offsets is not None and info.data.get("duration") is not None:
+            raise ValueError("give reconcile.window.duration or .offsets, not both")
+        return offsets
+
+    @property
+    def duration_s(self) -> float | None:
+        """The time window, when windows are by time (the default)."""
+        if self.offsets is not None:
+            return None
+        return self.duration if self.duration is not None else 5 * MINUTE
+
+
+def _column_names(value: object) -> object:
+    names = _names(value)
+    if isinstance(names, list) and not names:
+        raise ValueError("must name at least one column")
+    return tuple(names) if isinstance(names, list) else names
+
+
+ColumnName = Annotated[str, Field(min_length=1)]
+
+
+class ReconcileConfig(_Section):
+    """`sla-probe reconcile`: a topic's records against a table's rows, by count and
+    checksum per window and partition (see probe/reconcile/)."""
+
+    # The Parquet table; default the sink stage's canaries/ under sink.path.
+    table: str | None = Field(default=None, min_length=1)
+    # How a record becomes the row it must match (probe/spark/checksum.py).
+    format: Literal["canary", "raw", "json"] = "canary"
+    partition_column: ColumnName = "kafka_partition"
+    offset_column: ColumnName = "kafka_offset"
+    # The table's columns the checksum covers; default: the format's own (canary: the
+    # signed fields; raw: value). Required for json.
+    checksum_columns: Annotated[
+        tuple[ColumnName, ...] | None,
+        BeforeValidator(_column_names),
+        Field(validate_default=True),
+    ] = None
+    window: ReconcileWindowConfig = ReconcileWindowConfig()
+    # Records younger than this are on their way, not missing. Default: sink.freshness.
+    settle: Annotated[Duration, _between(0.01, DAY)] | None = None
+    # How far back each run looks; null: the whole retained log (windows by offsets).
+    lookback: Annotated[Duration, _between(1.0, 90 * DAY)] | None = HOUR
+    # Keep reconciling this often, serving /metrics and /readyz; null: once, then exit.
+    every: Annotated[Duration, _between(1.0, DAY)] | None = None
+    # The report table (one row per window and partition, per run); default
+    # <sink.path>/reconciliation, none without a sink.path.
+    report_path: str | None = Field(default=None, min_length=1)
+    # Offsets of each discrepancy named per window.
+    sample_size: int = Field(default=10, ge=0, le=1000)
+
+    @field_validator("lookback")
+    @classmethod
+    def _lookback_for_time(cls, lookback: float | None, info: ValidationInfo) -> float | None:
+        window = info.data.get("window")
+        if lookback is None and isinstance(window, ReconcileWindowConfig) and window.duration_s:
+            raise ValueError("required with windows by time (or set reconcile.window.offsets)")
+        return lookback
+
+    @field_validator("checksum_columns")
+    @classmethod
+    def _columns_for_format(
+        cls, columns: tuple[str, ...] | None, info: ValidationInfo
+    ) -> tuple[str, ...] | None:
+        record_format = info.data.get("format")
+        if record_format == "json" and not columns:
+            raise ValueError("required with format json: the fields to compare")
+        if record_format == "raw" and columns is not None and len(columns) != 1:
+            raise ValueError("format raw compares one column with the record's value")
+        if record_format == "canary" and columns is not None:
+            raise ValueError("format canary compares the canary's signed fields; leave it unset")
+        return columns
+
+
+def require_for_reconcile(config: ProbeConfig) -> tuple[str, str | None]:
+    """The table to reconcile and the report table (None: no report table), or a
+    ConfigError naming what is missing."""
+    if not config.kafka.bootstrap_servers:
+        raise ConfigError("kafka.bootstrap_servers", "required by reconcile (--bootstrap-servers)")
+    sink_path = config.sink.path.rstrip("/") if config.sink.path else None
+    table = config.reconcile.table or (f"{sink_path}/canaries" if sink_path else None)
+    if table is None:
+        raise ConfigError("reconcile.table", "required (--table), or sink.path (--sink-path)")
+    report = config.reconcile.report_path or (f"{sink_path}/reconciliation" if sink_path else None)
+    if config.reconcile.format == "canary" and config.signing_key_file is None:
+        raise ConfigError(
+            "signing_key_file",
+            "required by reconcile with format canary: records are verified as the sink "
+            "stage verifies them (--signing-key-file)",
+        )
+    return table, report
+
+
 class ProbeConfig(_Section):
     probe_id: CanaryText = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
     # The `target` label of every series: which pipeline this probe watches.
@@ -551,6 +655,7 @@ class ProbeConfig(_Section):
     # Stages judging the Kafka target: the direct consumer, and the Spark sink (opt-in).
     stages: tuple[KafkaStage, ...] = Field(default=("consumer",), validate_default=True)
     sink: SinkConfig = SinkConfig()
+    reconcile: ReconcileConfig = ReconcileConfig()
 
     @field_validator("stages", mode="before")
     @classmethod

@@ -8,7 +8,8 @@ rest of the probe handles a small, documented set::
     ├── CanaryRejected       bytes that are not a valid canary, with the reason
     ├── TransportError       the broker could not be reached or refused an operation
     │   └── ProduceFailed    one canary was not acknowledged, with the reason
-    └── StageFailed          a stage could not start (the Spark sink's JVM, say)
+    ├── StageFailed          a stage could not start (the Spark sink's JVM, say)
+    └── ReconcileFailed      a reconciliation run could not compare (broker, Spark)
 """
 
 from __future__ import annotations
@@ -90,3 +91,8 @@ class ProduceFailed(TransportError):
 
 class StageFailed(ProbeError):
     """A stage could not start, e.g. the Spark sink without a Java runtime."""
+
+
+class ReconcileFailed(ProbeError):
+    """A reconciliation run could not compare: the brokers could not be listed, the
+    topic is gone, a Spark job failed. No verdict either way; the message says why."""

@@ -17,7 +17,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from probe.canary import Canary
 from probe.judge import Fate, Finding, Judge, JudgePolicy, StreamKey
-from probe.spark.rows import JUDGED, finding_row, judged_row, rejected_out
+from probe.spark.rows import JUDGED, finding_row, judged_row, rejected_out, typed_frame
 
 
 class JudgeProcessor(StatefulProcessor):
@@ -67,7 +67,7 @@ class JudgeProcessor(StatefulProcessor):
         ]
         arrivals = batch[~rejected]
         if arrivals.empty and not self.state.exists():
-            yield pd.DataFrame(out, columns=JUDGED.fieldNames())
+            yield typed_frame(out, JUDGED)
             return
         judge = self._judge(stream)
         for row in arrivals.itertuples(index=False):
@@ -87,7 +87,7 @@ class JudgeProcessor(StatefulProcessor):
             )
         out.extend(finding_row(f, None, now_ns, None, None) for f in judge.expire(now_ns))
         self._save(judge, stream)
-        yield pd.DataFrame(out, columns=JUDGED.fieldNames())
+        yield typed_frame(out, JUDGED)
 
     def handleExpiredTimer(
         self, key: tuple[Any, ...], timerValues: TimerValues, expiredTimerInfo: Any
@@ -97,7 +97,7 @@ class JudgeProcessor(StatefulProcessor):
         judge = self._judge(stream)
         out = [finding_row(f, None, now_ns, None, None) for f in judge.expire(now_ns)]
         self._save(judge, stream)
-        yield pd.DataFrame(out, columns=JUDGED.fieldNames())
+        yield typed_frame(out, JUDGED)
 
     def close(self) -> None:
         pass

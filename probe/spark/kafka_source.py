@@ -22,6 +22,30 @@ Usage::
 Columns: ``topic`` string, ``partition`` int, ``offset`` long, ``timestamp``
 timestamp (the record's broker/producer timestamp), ``key`` and ``value`` binary.
 
+It also reads in batch (``spark.read``), between bounds fixed when the read is
+planned; the option names are those of Spark's own Kafka connector::
+
+    frame = (
+        spark.read.format("sla_kafka")
+        .option("bootstrap.servers", "kafka-0:9092")
+        .option("topic", "orders")
+        .option("startingOffsets", '{"0": 1000, "1": 0}')   # default "earliest"
+        .option("endingOffsetsByTimestamp", '{"0": 1767225600000}')
+        .option("minPartitions", "8")                       # split large ranges
+        .load()
+    )
+
+Each side takes one of ``<side>Offsets`` (``earliest``/``latest`` or a JSON map
+``{"<partition>": offset}``), ``<side>Timestamp`` (epoch milliseconds, every
+partition) or ``<side>OffsetsByTimestamp`` (a JSON map of milliseconds), with
+``<side>`` ``starting`` or ``ending``; ``assign`` (``{"<topic>": [0, 2]}``) reads only
+the partitions named. A timestamp stands for the first offset whose
+record timestamp is at or after it (Kafka's ``offsets_for_times``): the start is
+inclusive, the end exclusive, so ``[t0, t1)`` and ``[t1, t2)`` never share a record.
+A partition a map does not name is read from its beginning to its end; bounds
+outside the log are clamped to it. Every Kafka partition (each piece of one, with
+``minPartitions``) is one Spark task, read on the executors as in streaming.
+
 Options prefixed ``kafka.`` are passed to the kafka-python client with the prefix
 removed and dots turned into underscores (``kafka.security.protocol=SASL_SSL`` becomes
 ``security_protocol="SASL_SSL"``), so TLS and SASL work as for any kafka-python client.
@@ -49,13 +73,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
+    CaseInsensitiveDict,
     DataSource,
+    DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
 )
@@ -424,8 +452,284 @@ def read_ranges(
         consumer.close()
 
 
+# -- batch reads -------------------------------------------------------------------------
+
+SIDES = ("starting", "ending")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Where one side of a batch read lies on one partition: an ``offset``, or a
+    ``timestamp`` (epoch ms) standing for the first offset at or after it."""
+
+    kind: str
+    value: int
+
+
+@dataclass(frozen=True)
+class BoundSpec:
+    """One side of a batch read on every partition. ``default`` (None: the log's own
+    edge, its beginning or its end) applies to the partitions ``named`` leaves out."""
+
+    default: Bound | None
+    named: Mapping[str, Bound]
+
+    def on(self, partition: str) -> Bound | None:
+        return self.named.get(partition, self.default)
+
+
+def bound_spec(options: Mapping[str, str], side: str) -> BoundSpec:
+    """The ``starting`` or ``ending`` bound the options give (see the module docstring).
+
+    >>> bound_spec({"endingTimestamp": "1700000000000"}, "ending").on("3")
+    Bound(kind='timestamp', value=1700000000000)
+    >>> bound_spec({}, "starting")
+    BoundSpec(default=None, named={})
+    """
+    given = [
+        name
+        for name in (f"{side}Offsets", f"{side}Timestamp", f"{side}OffsetsByTimestamp")
+        if options.get(name)
+    ]
+    if len(given) > 1:
+        raise ValueError(f"give one of {', '.join(given)}, not several")
+    if not given:
+        return BoundSpec(None, {})
+    name = given[0]
+    text = options[name]
+    if name == f"{side}Timestamp":
+        if not text.isdigit():
+            raise ValueError(f"{name} must be epoch milliseconds, got {text!r}")
+        return BoundSpec(Bound("timestamp", int(text)), {})
+    edge = "earliest" if side == "starting" else "latest"
+    if name == f"{side}Offsets" and text == edge:
+        return BoundSpec(None, {})
+    named = starting_map(text) if text not in ("earliest", "latest") else None
+    if named is None:
+        raise ValueError(f'{name} must be {edge} or a JSON map {{"<partition>": value}}')
+    kind = "timestamp" if name.endswith("ByTimestamp") else "offset"
+    return BoundSpec(None, {p: Bound(kind, value) for p, value in named.items()})
+
+
+def clamp_ranges(
+    topic: str, begin: Offsets, end: Offsets, starts: Mapping[str, int], ends: Mapping[str, int]
+) -> list[OffsetRange]:
+    """Each partition's ``[start, end)`` held inside its log, never negative.
+
+    Pure. A start before the log's beginning reads from the beginning (the records
+    before it are gone), an end past its end stops there, and an end before its start
+    reads nothing.
+
+    >>> clamp_ranges("t", {"0": 5}, {"0": 9}, {"0": 2}, {"0": 20})
+    [OffsetRange(topic='t', partition=0, start=5, end=9)]
+    """
+    ranges = []
+    for partition in sorted(end, key=int):
+        low, high = begin[partition], end[partition]
+        first = min(max(starts.get(partition, low), low), high)
+        last = min(max(ends.get(partition, high), first), high)
+        ranges.append(OffsetRange(topic, int(partition), first, last))
+    return ranges
+
+
+def split_ranges(ranges: Sequence[OffsetRange], pieces: int | None) -> list[OffsetRange]:
+    """The non-empty ranges, cut into about ``pieces`` ranges of even size when there
+    are fewer (``minPartitions``): one large partition is then read by several tasks.
+
+    Pure. The pieces of a range are contiguous and cover it exactly.
+
+    >>> [(r.start, r.end) for r in split_ranges([OffsetRange("t", 0, 0, 10)], 3)]
+    [(0, 4), (4, 8), (8, 10)]
+    """
+    filled = [r for r in ranges if r.size > 0]
+    if not pieces or len(filled) >= pieces:
+        return filled
+    target = math.ceil(sum(r.size for r in filled) / pieces)
+    cut = []
+    for offsets in filled:
+        step = math.ceil(offsets.size / math.ceil(offsets.size / target))
+        for start in range(offsets.start, offsets.end, step):
+            cut.append(replace(offsets, start=start, end=min(start + step, offsets.end)))
+    return cut
+
+
+class TopicOffsets:
+    """Offsets of a topic's partitions as the brokers list them now (driver side)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        from kafka import KafkaConsumer  # noqa: PLC0415 - optional dependency
+
+        self.topic = options["topic"]
+        self._client = KafkaConsumer(
+            **client_config(options), enable_auto_commit=False, group_id=None
+        )
+
+    def _partitions(self) -> list[Any]:
+        from kafka import TopicPartition  # noqa: PLC0415
+
+        self._client.topics()  # refreshes metadata so added partitions are seen
+        partitions = self._client.partitions_for_topic(self.topic)
+        if not partitions:
+            raise ValueError(f"topic {self.topic!r} not found")
+        return [TopicPartition(self.topic, p) for p in sorted(partitions)]
+
+    def bounds(self) -> tuple[Offsets, Offsets]:
+        """(beginning, end) offsets of every partition."""
+        tps = self._partitions()
+        begin = self._client.beginning_offsets(tps)
+        end = self._client.end_offsets(tps)
+        return (
+            {str(tp.partition): int(begin[tp]) for tp in tps},
+            {str(tp.partition): int(end[tp]) for tp in tps},
+        )
+
+    def at_times(self, times_ms: Mapping[str, int]) -> dict[str, int | None]:
+        """Per partition, the first offset whose record timestamp is at or after the
+        time given, or None when every record is older (the time is past the log)."""
+        from kafka import TopicPartition  # noqa: PLC0415
+
+        if not times_ms:
+            return {}
+        found = self._client.offsets_for_times(
+            {TopicPartition(self.topic, int(p)): ms for p, ms in times_ms.items()}
+        )
+        # Apache Kafka answers "none" with offset -1, which the client turns into None;
+        # some Kafka-protocol brokers (the embedded one) answer offset 0 and timestamp -1.
+        return {
+            str(tp.partition): None if at is None or at.timestamp < 0 else int(at.offset)
+            for tp, at in found.items()
+        }
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # closing a client that already broke
+            self._client.close()
+
+
+def resolve_spec(
+    spec: BoundSpec, begin: Offsets, end: Offsets, log: TopicOffsets
+) -> dict[str, int]:
+    """Offsets per partition for one side; a partition at its log's edge is left out."""
+    unknown = sorted(set(spec.named) - set(end), key=int)
+    if unknown:
+        raise ValueError(f"topic {log.topic!r} has no partition {', '.join(unknown)}")
+    offsets: dict[str, int] = {}
+    times: dict[str, int] = {}
+    for partition in end:
+        bound = spec.on(partition)
+        if bound is None:
+            continue
+        if bound.kind == "offset":
+            offsets[partition] = bound.value
+        else:
+            times[partition] = bound.value
+    for partition, offset in log.at_times(times).items():
+        offsets[partition] = end[partition] if offset is None else offset
+    return offsets
+
+
+def assigned(options: Mapping[str, str]) -> set[str] | None:
+    """The partitions ``assign`` names (Spark's Kafka option: ``{"<topic>": [0, 2]}``),
+    None to read them all.
+
+    >>> sorted(assigned({"topic": "t", "assign": '{"t": [2, 0]}'}))
+    ['0', '2']
+    """
+    text = options.get("assign")
+    if not text:
+        return None
+    try:
+        named = json.loads(text).get(options["topic"])
+    except (ValueError, AttributeError):
+        named = None
+    if not isinstance(named, list) or not all(isinstance(p, int) and p >= 0 for p in named):
+        raise ValueError(f'assign must be a JSON map {{"{options["topic"]}": [partition, ...]}}')
+    return {str(p) for p in named}
+
+
+def plan_batch(options: Mapping[str, str]) -> list[OffsetRange]:
+    """Every partition's ``[start, end)`` for a batch read of these options, resolved
+    against the log as it is now (one listing, on the driver)."""
+    starting, ending = bound_spec(options, "starting"), bound_spec(options, "ending")
+    only = assigned(options)
+    log = TopicOffsets(options)
+    try:
+        begin, end = log.bounds()
+        if only is not None:
+            unknown = sorted(only - set(end), key=int)
+            if unknown:
+                raise ValueError(f"topic {log.topic!r} has no partition {', '.join(unknown)}")
+            begin = {p: o for p, o in begin.items() if p in only}
+            end = {p: o for p, o in end.items() if p in only}
+        starts = resolve_spec(starting, begin, end, log)
+        ends = resolve_spec(ending, begin, end, log)
+    finally:
+        log.close()
+    return clamp_ranges(options["topic"], begin, end, starts, ends)
+
+
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read.format("sla_kafka")``: the bounds are resolved once, when Spark
+    plans the read; each range is read by one task on the executors."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        # Spark's option names are case-insensitive, and so must every look-up be
+        # (Spark hands them over lower-cased).
+        self.options = CaseInsensitiveDict(options)
+        # Fail at load(), naming the option, rather than in the planner.
+        for side in SIDES:
+            bound_spec(self.options, side)
+        assigned(self.options)
+        pieces = options.get("minPartitions")
+        self.min_partitions = int(pieces) if pieces else None
+        if self.min_partitions is not None and self.min_partitions < 1:
+            raise ValueError("minPartitions must be >= 1")
+        self.read_timeout = float(options.get("readTimeoutSeconds", "60"))
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ranges = split_ranges(plan_batch(self.options), self.min_partitions)
+        # Spark wants at least one partition; an empty one reads nothing.
+        return [OffsetRanges([r]) for r in ranges] or [OffsetRanges([])]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, OffsetRanges)
+        yield from record_batches(
+            read_ranges(self.options, partition.ranges, self.read_timeout), ARROW_SCHEMA
+        )
+
+
+# SCHEMA in Arrow's terms, for reads that hand Spark record batches.
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+    ]
+)
+# Rows per Arrow batch handed to Spark: large enough that the per-batch cost
+# vanishes, small enough to bound a task's memory (records are up to a few MB).
+ARROW_BATCH_ROWS = 4096
+
+
+def record_batches(rows: Iterator[tuple[Any, ...]], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Rows as Arrow record batches: Spark takes them without converting each row in
+    Python, which is most of a large read's cost when rows are yielded one by one."""
+    columns: list[list[Any]] = [[] for _ in schema.names]
+    for row in rows:
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+        if len(columns[0]) >= ARROW_BATCH_ROWS:
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+            columns = [[] for _ in schema.names]
+    if columns[0]:
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
 class KafkaStreamSource(DataSource):
-    """``spark.readStream.format("sla_kafka")``: see the module docstring."""
+    """``spark.readStream.format("sla_kafka")`` and ``spark.read.format("sla_kafka")``:
+    see the module docstring."""
 
     @classmethod
     def name(cls) -> str:
@@ -439,3 +743,9 @@ class KafkaStreamSource(DataSource):
             if not self.options.get(required):
                 raise ValueError(f"option {required!r} is required")
         return KafkaStreamReader(self.options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        for required in ("bootstrap.servers", "topic"):
+            if not self.options.get(required):
+                raise ValueError(f"option {required!r} is required")
+        return KafkaBatchReader(self.options)

@@ -87,6 +87,8 @@ def sink_session(
     app_name: str = "synthetic-sla-sink",
     spark_output: str | None = None,
     spark_conf: Mapping[str, str] | None = None,
+    *,
+    streaming: bool = True,
 ) -> SparkSession:
     """A session for the sink. ``master=None`` keeps what spark-submit configured.
 
@@ -94,6 +96,9 @@ def sink_session(
     and start-up warnings, the prints of its Python workers, which reach the JVM's
     stderr), when this process launches the JVM; None leaves that output on this
     process's stdout and stderr.
+
+    ``streaming=False`` (a batch job such as `sla-probe reconcile`) never stops a
+    query mid-batch, so a driver JVM without the larger stack is not worth a warning.
     """
     given = {} if starts_own_jvm() else _submitted_conf()
     settings = {"spark.app.name": app_name, **session_conf(given, spark_conf or {}, master)}
@@ -101,7 +106,8 @@ def sink_session(
     python = executors_python(effective_master, {**given, **settings})
     if python is not None:
         os.environ.setdefault("PYSPARK_PYTHON", python)
-    if not starts_own_jvm() and DRIVER_STACK not in given.get("spark.driver.extraJavaOptions", ""):
+    stack = given.get("spark.driver.extraJavaOptions", "")
+    if streaming and not starts_own_jvm() and DRIVER_STACK not in stack:
         log.warning(
             "the driver JVM runs without %s: a query stopped mid-batch may log a "
             "StackOverflowError (SPARK-48717); pass --driver-java-options %s to spark-submit",

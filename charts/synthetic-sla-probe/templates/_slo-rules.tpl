@@ -461,6 +461,61 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
           runbook_url: {{ printf "%s#syntheticslabrokeravailabilityburn" $runbook }}
       {{- end }}
       {{- end }}
+{{- /*
+Reconciliation (`sla-probe reconcile --every`, the chart's reconcile values): whether the
+topic's records reached their table, by count and checksum. Rendered whatever
+reconcile.enabled says: without the series, these rules are silent.
+*/}}
+{{- $reconcile := .Values.reconcile }}
+  - name: synthetic-sla-reconciliation
+    rules:
+      # The last run's discrepancies over the records it judged, worst instance per
+      # target: the `reconciliation_mismatch_ratio` of the integrity loop.
+      - record: target:synthetic_sla_reconciliation_mismatch:ratio
+        expr: max by (target) (synthetic_sla_reconciliation_mismatch_ratio)
+      # The same over every run of the last hour, from the counters (for dashboards).
+      - record: target:synthetic_sla_reconciliation_mismatch:ratio_rate1h
+        expr: |
+          sum by (target) (increase(synthetic_sla_reconciliation_records_total{result=~"missing|extra|duplicated|checksum_mismatch"}[1h]))
+          /
+          sum by (target) (increase(synthetic_sla_reconciliation_records_total{result!="unverifiable"}[1h]))
+      {{- with $reconcile.alerts.mismatch }}
+      {{- if .enabled }}
+      # Persistent: every run for `for` found the same records wrong. A record in
+      # flight is never counted (the settle delay), so this is data that did not arrive.
+      - alert: SyntheticSlaReconciliationMismatch
+        expr: target:synthetic_sla_reconciliation_mismatch:ratio > {{ .threshold }}
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.target }}: records of the topic are missing from, or wrong in, their table` | quote }}
+          description: {{ printf "Reconciliation of target {{ $labels.target }} has found records missing, extra, duplicated or with another checksum in every run for %s ({{ $value | humanizePercentage }} of the records it judged, threshold %v). The report (`sla-probe reconcile --json`, or the report table) names the partition, window and offsets." .for .threshold | quote }}
+          runbook_url: {{ printf "%s#syntheticslareconciliationmismatch" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $reconcile.alerts.stale }}
+      {{- if .enabled }}
+      {{- $staleAfter := mul .runs $reconcile.everySeconds }}
+      # No run completed for `runs` periods: the integrity check itself is down, and
+      # the mismatch alert cannot fire. 0 (never) counts as stale.
+      - alert: SyntheticSlaReconciliationStale
+        expr: time() - max by (target) (synthetic_sla_reconciliation_last_success_timestamp_seconds) > {{ $staleAfter }}
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.target }}: no reconciliation has completed for {{ $value | humanizeDuration }}` | quote }}
+          description: {{ printf "No reconciliation run of target {{ $labels.target }} has completed for more than %d runs (%ds at one run every %ds): the brokers or the table cannot be read, or its Spark jobs fail. Until one completes, missing records go unnoticed." (int .runs) (int $staleAfter) (int $reconcile.everySeconds) | quote }}
+          runbook_url: {{ printf "%s#syntheticslareconciliationstale" $runbook }}
+      {{- end }}
+      {{- end }}
 {{- end -}}
 
 {{/* "1h and 5m at 14.4x, or 6h and 30m at 6x" */}}

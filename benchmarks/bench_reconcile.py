@@ -1,0 +1,196 @@
+"""Reconciliation throughput: a topic of a million records against its table on local[2].
+
+Run: ``python benchmarks/bench_reconcile.py [--records N] [--partitions P]
+[--window-offsets W] [--format raw|canary] 2>/dev/null``
+(Spark's own output goes to stderr; the figures to stdout.)
+
+The fixtures are written as fast as they can be, outside the timing: the records are
+produced to the embedded broker with confluent-kafka in large batches (``linger.ms``
+50, up to 10,000 records a batch), their offsets taken from the delivery reports, and
+the table is written from those with pyarrow, as a sink would have written it
+(``kafka_partition``, ``kafka_offset`` and the record's columns, in Parquet files of
+100,000 rows). The embedded broker (Tansu) lists a partition's end offset as the base
+offset of its last record batch plus one, so each partition ends with one record
+written alone: the listed end is then exact. The table holds every record once: the
+run must find them all ``matched``.
+
+``raw`` (default) compares the value bytes with a ``value`` column; ``canary`` writes
+signed canaries and a canaries/ table as the sink stage does, and the job decodes and
+verifies every record on the executors (the probe's own path; slower per record).
+
+Timed: two reconciliation runs (``ReconcileJob.run``: listing the offsets, planning,
+reading the topic with the sla_kafka batch reader, reading the table, the join and
+the per-window counts, the samples), in one Spark session (``local[2]``, as
+``sink_session`` builds it) started before the clock; the first run also starts
+Spark's Python workers, the second shows the steady rate. Printed per run: records/s
+(source records reconciled per second of the run), and the run's windows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from probe.canary import Canary, encode
+from probe.embedded import EmbeddedBroker
+from probe.keys import KeyRing, generate_key_ring
+from probe.reconcile.outcome import WindowStatus
+from probe.reconcile.windows import WindowSpec
+from probe.spark.checksum import RecordFormat
+from probe.spark.reconcile import ReconcileJob, ReconcileSettings
+from probe.spark.session import sink_session
+from probe.spark.tables import TABLE_SCHEMAS
+
+TOPIC = "reconcile-bench"
+ROWS_PER_FILE = 100_000
+RAW_SCHEMA = pa.schema(
+    [("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()), ("value", pa.binary())]
+)
+
+
+def _value(i: int) -> bytes:
+    # About the size of a small business event.
+    return f'{{"order": {i}, "customer": "c-{i % 9973:05d}", "amount": {i % 1000}.25}}'.encode()
+
+
+def produce(
+    broker: EmbeddedBroker, count: int, partitions: int, ring: KeyRing | None
+) -> list[dict[str, object]]:
+    """Write ``count`` records (canaries signed with ``ring`` when given), return one
+    table row per record with its offset."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(30)
+    rows: list[dict[str, object]] = []
+    payloads: dict[int, tuple[bytes, dict[str, object]]] = {}
+
+    def delivered(error: object, message: object) -> None:
+        assert error is None, error
+        _, fields = payloads.pop(int(message.key()))  # type: ignore[attr-defined]
+        rows.append(
+            {
+                "kafka_partition": message.partition(),  # type: ignore[attr-defined]
+                "kafka_offset": message.offset(),  # type: ignore[attr-defined]
+                **fields,
+            }
+        )
+
+    def record(i: int, partition: int, seq: int) -> tuple[bytes, dict[str, object]]:
+        if ring is None:
+            value = _value(i)
+            return value, {"value": value}
+        now = time.time_ns()
+        canary = Canary("bench", 1, "kafka", partition, seq, now)
+        fields: dict[str, object] = {
+            "probe_id": "bench", "target": "kafka", "partition": partition, "incarnation": 1,
+            "seq": seq, "produced_ns": now, "judged_ns": now, "sink_commit_ns": now,
+            "trace_context": None,
+        }  # fmt: skip
+        return encode(canary, ring), fields
+
+    bulk = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "linger.ms": 50,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 500_000,
+        }
+    )
+    body = count - partitions  # the last record of each partition is written alone
+    for i in range(body):
+        partition, seq = i % partitions, i // partitions
+        payloads[i] = record(i, partition, seq)
+        while True:
+            try:
+                bulk.produce(
+                    TOPIC, payloads[i][0], key=str(i).encode(), partition=partition,
+                    on_delivery=delivered,
+                )  # fmt: skip
+                break
+            except BufferError:
+                bulk.poll(0.1)
+        if i % 10_000 == 0:
+            bulk.poll(0)
+    assert bulk.flush(120) == 0
+    single = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    for partition in range(partitions):
+        i = body + partition
+        payloads[i] = record(i, partition, body // partitions + 1)
+        single.produce(
+            TOPIC, payloads[i][0], key=str(i).encode(), partition=partition, on_delivery=delivered
+        )
+        assert single.flush(10) == 0
+    assert len(rows) == count
+    return rows
+
+
+def write_table(rows: list[dict[str, object]], path: Path, schema: pa.Schema) -> None:
+    for n, start in enumerate(range(0, len(rows), ROWS_PER_FILE)):
+        directory = path / f"batch_id={n}"
+        directory.mkdir(parents=True)
+        chunk = pa.Table.from_pylist(rows[start : start + ROWS_PER_FILE], schema=schema)
+        pq.write_table(chunk, directory / "part-00000.parquet")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--window-offsets", type=int, default=50_000)
+    parser.add_argument("--format", choices=["raw", "canary"], default="raw")
+    args = parser.parse_args()
+    canaries = args.format == "canary"
+    ring = generate_key_ring("bench") if canaries else None
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        started = time.monotonic()
+        rows = produce(broker, args.records, args.partitions, ring)
+        produced_s = time.monotonic() - started
+        table = Path(tmp) / "table"
+        write_table(rows, table, TABLE_SCHEMAS["canaries"] if canaries else RAW_SCHEMA)
+        del rows
+        print(
+            f"fixtures: {args.records:,} records produced in {produced_s:.1f}s, "
+            f"table written in {time.monotonic() - started - produced_s:.1f}s"
+        )
+        spark = sink_session("local[2]", app_name="bench-reconcile")
+        settings = ReconcileSettings(
+            bootstrap_servers=broker.bootstrap_servers,
+            topic=TOPIC,
+            table=str(table),
+            window=WindowSpec(offsets=args.window_offsets),
+            settle_s=1.0,
+            lookback_s=None,
+            record_format=RecordFormat.CANARY if canaries else RecordFormat.RAW,
+            keyring_json=ring.to_json() if ring is not None else None,
+        )
+        # Ten seconds ahead: every record written is older than the settle delay.
+        job = ReconcileJob(spark, settings, lambda: time.time_ns() // 1_000_000 + 10_000)
+        # The first run in a session also starts Spark's Python workers; the second
+        # shows the steady rate a `--every` service reconciles at.
+        for attempt in ("first run", "second run"):
+            run = job.run(f"bench-{attempt.split()[0]}")
+            records = run.records()
+            source = sum(w.tally.source for w in run.windows)
+            statuses = run.windows_by_status()
+            print(
+                f"{attempt}: reconciled {source:,} records against "
+                f"{sum(w.tally.sink for w in run.windows):,} rows in {run.duration_s:.1f}s: "
+                f"{source / run.duration_s:,.0f} records/s ({len(run.windows)} windows of "
+                f"{args.window_offsets:,} offsets: {statuses[WindowStatus.COMPLETE]} complete, "
+                f"{statuses[WindowStatus.MISMATCH]} mismatched; matched "
+                f"{records['matched']:,}, missing {records['missing']:,})"
+            )
+        print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Spark local[2]")
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,9 @@
+"""`sla-probe reconcile`: prove every record of a topic reached its table, by count
+and checksum, per window and partition.
+
+The pure core (no I/O, no clock, no Spark): :mod:`probe.reconcile.windows` (which
+offsets of which partition are compared, and which cannot be), and
+:mod:`probe.reconcile.outcome` (what a comparison found, and what a run concludes).
+The Spark job that counts and checksums on the executors is
+:mod:`probe.spark.reconcile`; the command around it, :mod:`probe.reconcile.runner`.
+"""

@@ -1,0 +1,177 @@
+"""What a reconciliation found, per window and partition, and what a run concludes. Pure.
+
+Per window, every source record and every table row is counted exactly once::
+
+    source = matched + missing + mismatched
+    sink   = matched + mismatched + extra + duplicated
+
+``matched``: a source record whose table row carries the same checksum;
+``missing``: a source record with no row; ``mismatched``: a source record whose row
+(or one of its copies) has another checksum; ``extra``: a row whose offset the
+source does not hold; ``duplicated``: the copies of a row beyond the first.
+``excluded`` source records are ones the table is not meant to hold (in the canary
+format: records the sink stage rejects into quarantine/, or foreign ones).
+
+A window is ``complete`` when nothing but matches was found, ``mismatch`` otherwise,
+and ``unverifiable`` when its source records may have left the topic: such a window
+is reported with its counts and never judged either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from probe.reconcile.windows import Window
+
+
+class WindowStatus(StrEnum):
+    COMPLETE = "complete"
+    MISMATCH = "mismatch"
+    UNVERIFIABLE = "unverifiable"
+
+
+class RecordResult(StrEnum):
+    """The ``result`` label of ``synthetic_sla_reconciliation_records_total``."""
+
+    MATCHED = "matched"
+    MISSING = "missing"
+    EXTRA = "extra"
+    DUPLICATED = "duplicated"
+    CHECKSUM_MISMATCH = "checksum_mismatch"
+    # Rows of unverifiable windows: compared with nothing, judged neither way.
+    UNVERIFIABLE = "unverifiable"
+
+
+# The record results that are a discrepancy.
+DISCREPANCIES = (
+    RecordResult.MISSING,
+    RecordResult.EXTRA,
+    RecordResult.DUPLICATED,
+    RecordResult.CHECKSUM_MISMATCH,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Samples:
+    """A few offsets of each kind of discrepancy, lowest first, at most the run's
+    ``sample_size`` each: enough to start a forensic read or a targeted replay."""
+
+    missing: tuple[int, ...] = ()
+    mismatched: tuple[int, ...] = ()
+    extra: tuple[int, ...] = ()
+    duplicated: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """The counts of one window (see the module docstring for how they add up).
+
+    Checksums are the sum of the records' 64-bit checksums modulo 2**64, as 16 hex
+    digits: equal when both sides hold the same records once each, in any order.
+    """
+
+    source: int = 0
+    sink: int = 0
+    matched: int = 0
+    missing: int = 0
+    extra: int = 0
+    duplicated: int = 0
+    mismatched: int = 0
+    excluded: int = 0
+    source_checksum: str = "0" * 16
+    sink_checksum: str = "0" * 16
+    samples: Samples = Samples()
+
+    @property
+    def discrepancies(self) -> int:
+        return self.missing + self.extra + self.duplicated + self.mismatched
+
+    def by_result(self) -> dict[RecordResult, int]:
+        return {
+            RecordResult.MATCHED: self.matched,
+            RecordResult.MISSING: self.missing,
+            RecordResult.EXTRA: self.extra,
+            RecordResult.DUPLICATED: self.duplicated,
+            RecordResult.CHECKSUM_MISMATCH: self.mismatched,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    window: Window
+    tally: Tally
+
+    @property
+    def status(self) -> WindowStatus:
+        if not self.window.verifiable:
+            return WindowStatus.UNVERIFIABLE
+        if self.tally.discrepancies:
+            return WindowStatus.MISMATCH
+        return WindowStatus.COMPLETE
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """One run: every window compared, in partition and offset order.
+
+    >>> Reconciliation("r1", "orders", "/t", 0, 1, []).exit_code
+    0
+    """
+
+    run_id: str
+    topic: str
+    table: str
+    started_ms: int
+    finished_ms: int
+    windows: Sequence[WindowResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every verifiable window complete (vacuously so with none settled yet)."""
+        return all(w.status is not WindowStatus.MISMATCH for w in self.windows)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def records(self) -> dict[RecordResult, int]:
+        """Records (and rows) by result over the run; an unverifiable window's table
+        rows count as ``unverifiable`` and nothing else."""
+        totals = dict.fromkeys(RecordResult, 0)
+        for result in self.windows:
+            if result.status is WindowStatus.UNVERIFIABLE:
+                totals[RecordResult.UNVERIFIABLE] += result.tally.sink
+                continue
+            for kind, count in result.tally.by_result().items():
+                totals[kind] += count
+        return totals
+
+    def windows_by_status(self) -> dict[WindowStatus, int]:
+        counts = dict.fromkeys(WindowStatus, 0)
+        for result in self.windows:
+            counts[result.status] += 1
+        return counts
+
+    @property
+    def mismatch_ratio(self) -> float:
+        """Discrepancies over every record and row judged (verifiable windows); 0 when
+        nothing was judged.
+
+        >>> from probe.reconcile.windows import Window
+        >>> Reconciliation("r", "t", "/t", 0, 1, [
+        ...     WindowResult(Window(0, 0, 4), Tally(source=4, sink=3, matched=3, missing=1))
+        ... ]).mismatch_ratio
+        0.25
+        """
+        records = self.records()
+        judged = sum(
+            records[kind] for kind in RecordResult if kind is not RecordResult.UNVERIFIABLE
+        )
+        discrepancies = sum(records[kind] for kind in DISCREPANCIES)
+        return discrepancies / judged if judged else 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return (self.finished_ms - self.started_ms) / 1000

@@ -1,0 +1,262 @@
+"""`sla-probe reconcile`, the command around the Spark job: once with an exit code, or
+every ``reconcile.every`` as a service with /metrics, /healthz and /readyz.
+
+One run: plan and compare on Spark (:mod:`probe.spark.reconcile`), append the report
+table (:mod:`probe.reconcile.report_table`), count the metrics, print the table or
+JSON. Exit codes of a single run: 0 every verifiable window complete, 1 a mismatch
+(or no comparison could be made: the report says why), 2 a usage or configuration
+error (the CLI's).
+
+As a service it keeps going whatever a run finds or fails on: /readyz is 200 once a
+run has completed and while the last one did, 503 with the reason otherwise (no
+broker, no table yet); a mismatch is the metrics' business, not readiness'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TextIO
+
+from prometheus_client import CollectorRegistry
+from pyspark.sql import SparkSession
+
+from probe.config import ProbeConfig, require_for_reconcile
+from probe.endpoints import MetricsServer, build_app
+from probe.errors import ConfigError, ReconcileFailed
+from probe.metrics import ReconcileMetrics
+from probe.reconcile.outcome import Reconciliation, WindowStatus
+from probe.reconcile.render import as_json, render_table
+from probe.reconcile.report_table import RUN_ID, write_report
+from probe.reconcile.windows import WindowSpec
+from probe.signals import stop_on_signals
+from probe.spark.checksum import RecordFormat
+from probe.spark.reconcile import ReconcileJob, ReconcileSettings
+from probe.spark.session import sink_session, starts_own_jvm
+from probe.spark.stage import spark_output
+
+log = logging.getLogger(__name__)
+
+
+def new_run_id(now_ms: int) -> str:
+    """A run id from the run's start, to the second: ``20260101T120500Z``."""
+    return datetime.fromtimestamp(now_ms / 1000, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.fullmatch(run_id):
+        raise ConfigError(
+            "--run-id", f"{run_id!r}: use letters, digits and . _ : - (it names a directory)"
+        )
+    return run_id
+
+
+def settings_of(config: ProbeConfig, keyring_json: str | None) -> ReconcileSettings:
+    """The job's settings from the config (ConfigError for what is missing)."""
+    table, _ = require_for_reconcile(config)
+    r = config.reconcile
+    duration = r.window.duration_s
+    return ReconcileSettings(
+        bootstrap_servers=str(config.kafka.bootstrap_servers),
+        topic=config.kafka.topic,
+        table=table,
+        window=WindowSpec(
+            offsets=r.window.offsets,
+            duration_ms=None if duration is None else round(duration * 1000),
+        ),
+        settle_s=r.settle if r.settle is not None else config.sink.freshness,
+        lookback_s=r.lookback,
+        record_format=RecordFormat(r.format),
+        partition_column=r.partition_column,
+        offset_column=r.offset_column,
+        checksum_columns=r.checksum_columns,
+        sample_size=r.sample_size,
+        kafka_options={
+            name.replace("_", "."): str(value).lower() if isinstance(value, bool) else str(value)
+            for name, value in config.kafka.security_options().items()
+        },
+        keyring_json=keyring_json,
+        probe_id=config.probe_id,
+        max_size=config.canary.max_size,
+    )
+
+
+def reconcile_session(config: ProbeConfig) -> SparkSession:
+    """A Spark session built as the sink stage's is (``sink.master``, ``sink.spark_conf``,
+    Spark's own output to ``sink.spark_log``): one place to say where Spark runs."""
+    output = None
+    if starts_own_jvm():
+        sink = config.sink
+        output = (
+            spark_output(sink.spark_log, sink.path or "")
+            if sink.path is not None or sink.spark_log is not None
+            else os.devnull
+        )
+    return sink_session(
+        config.sink.master,
+        app_name="synthetic-sla-reconcile",
+        spark_output=output,
+        spark_conf=config.sink.spark_conf,
+        streaming=False,
+    )
+
+
+class Reconciler:
+    """One configured reconciliation: its job, its report table, its metrics."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: ProbeConfig,
+        keyring_json: str | None,
+        metrics: ReconcileMetrics | None = None,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.settings = settings_of(config, keyring_json)
+        self.report_path = require_for_reconcile(config)[1]
+        self.job = ReconcileJob(spark, self.settings, clock_ms)
+        self.metrics = metrics
+        self._clock_ms = clock_ms
+
+    def run(self, run_id: str | None = None) -> Reconciliation:
+        """One run, reported and counted. Raises ReconcileFailed (counted as a failed
+        run) or ConfigError (the table does not fit the settings)."""
+        try:
+            run = self.job.run(run_id or new_run_id(self._clock_ms()))
+        except (ReconcileFailed, ConfigError):
+            if self.metrics is not None:
+                self.metrics.failed()
+            raise
+        if self.report_path is not None:
+            try:
+                write_report(self.report_path, run)
+            except OSError as exc:
+                if self.metrics is not None:
+                    self.metrics.failed()
+                raise ReconcileFailed(
+                    f"cannot write the report table {self.report_path}: {exc}"
+                ) from exc
+        if self.metrics is not None:
+            self.metrics.completed(run)
+        _log_run(run)
+        return run
+
+
+def _log_run(run: Reconciliation) -> None:
+    statuses = run.windows_by_status()
+    log.info(
+        "reconciled %s: %d windows complete, %d mismatched, %d unverifiable (run %s, %.1fs)",
+        run.topic, statuses[WindowStatus.COMPLETE], statuses[WindowStatus.MISMATCH],
+        statuses[WindowStatus.UNVERIFIABLE], run.run_id, run.duration_s,
+    )  # fmt: skip
+    for result in run.windows:
+        if result.status is WindowStatus.MISMATCH:
+            t = result.tally
+            log.warning(
+                "%s partition %d window %s (offsets %d-%d): %d missing %s, %d checksum "
+                "mismatches %s, %d extra %s, %d duplicated %s",
+                run.topic, result.window.partition, result.window.label,
+                result.window.start, result.window.end - 1,
+                t.missing, list(t.samples.missing), t.mismatched, list(t.samples.mismatched),
+                t.extra, list(t.samples.extra), t.duplicated, list(t.samples.duplicated),
+            )  # fmt: skip
+
+
+def reconcile_once(
+    spark: SparkSession,
+    config: ProbeConfig,
+    keyring_json: str | None,
+    *,
+    run_id: str | None = None,
+    as_json_output: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """One run: the table (or JSON) on ``out``, the exit code returned. ConfigError
+    propagates (the CLI exits 2 with its line)."""
+    out = out or sys.stdout
+    reconciler = Reconciler(spark, config, keyring_json)
+    try:
+        run = reconciler.run(run_id)
+    except ReconcileFailed as failed:
+        if as_json_output:
+            out.write(json.dumps({"ok": False, "error": str(failed)}) + "\n")
+        else:
+            out.write(f"result: FAILED: {failed}\n")
+        return 1
+    out.write(json.dumps(as_json(run)) + "\n" if as_json_output else render_table(run))
+    return run.exit_code
+
+
+class Readiness:
+    """/readyz of the reconcile service: ready once a run completed and while the
+    last one did; the reason otherwise."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.reason = "reconcile: first run not finished"
+
+    def __call__(self) -> tuple[bool, str]:
+        return self.ready, self.reason
+
+
+async def serve_reconcile(
+    config: ProbeConfig,
+    keyring_json: str | None,
+    stop: asyncio.Event | None = None,
+    *,
+    spark: SparkSession | None = None,
+) -> None:
+    """Reconcile every ``reconcile.every`` until ``stop`` (or SIGTERM/SIGINT).
+
+    Runs start on a fixed period from the first (a run longer than the period is
+    followed at once by the next, with no catching up). A stop cancels the Spark jobs
+    of a run under way.
+    """
+    every = config.reconcile.every
+    assert every is not None
+    stop = stop_on_signals(stop)
+    registry = CollectorRegistry()
+    metrics = ReconcileMetrics(registry, config.target)
+    readiness = Readiness()
+    server = MetricsServer(build_app(registry, readiness), config.metrics.host, config.metrics.port)
+    await server.start()
+    try:
+        if spark is None:
+            spark = await asyncio.to_thread(reconcile_session, config)
+        reconciler = Reconciler(spark, config, keyring_json, metrics)
+        next_start = time.monotonic()
+        while not stop.is_set():
+            running = asyncio.create_task(asyncio.to_thread(reconciler.run))
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not running.done():
+                # Stopped mid-run: end its Spark jobs rather than wait them out.
+                spark.sparkContext.cancelAllJobs()
+                with contextlib.suppress(ReconcileFailed, ConfigError):
+                    await running
+                break
+            stopping.cancel()
+            try:
+                run = running.result()
+            except (ReconcileFailed, ConfigError) as failed:
+                readiness.ready, readiness.reason = False, f"reconcile: last run failed: {failed}"
+                log.error("reconciliation failed: %s", failed)
+            else:
+                readiness.ready = True
+                readiness.reason = (
+                    f"reconcile: last run {run.run_id} "
+                    f"{'complete' if run.ok else 'found a mismatch'}"
+                )
+            # A run longer than the period is followed at once, never by a backlog.
+            next_start = max(next_start + every, time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, next_start - time.monotonic()))
+    finally:
+        await server.stop()

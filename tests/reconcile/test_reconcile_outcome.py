@@ -1,0 +1,164 @@
+"""What a reconciliation concludes, and how it is shown: pure, table-driven."""
+
+from __future__ import annotations
+
+import doctest
+import json
+
+import pytest
+
+import probe.reconcile.outcome as outcome_module
+from probe.reconcile.outcome import (
+    Reconciliation,
+    RecordResult,
+    Samples,
+    Tally,
+    WindowResult,
+    WindowStatus,
+)
+from probe.reconcile.render import as_json, render_table
+from probe.reconcile.windows import Window
+
+COMPLETE = Tally(source=10, sink=10, matched=10)
+MISSING = Tally(source=10, sink=8, matched=8, missing=2, samples=Samples(missing=(3, 7)))
+
+
+def _run(*results: WindowResult) -> Reconciliation:
+    return Reconciliation("r1", "orders", "/sink/canaries", 1_000, 3_500, list(results))
+
+
+def test_the_examples_in_the_docstrings_hold() -> None:
+    assert doctest.testmod(outcome_module).failed == 0
+
+
+@pytest.mark.parametrize(
+    ("window", "tally", "status"),
+    [
+        (Window(0, 0, 10), COMPLETE, WindowStatus.COMPLETE),
+        (Window(0, 0, 10), MISSING, WindowStatus.MISMATCH),
+        (Window(0, 0, 10), Tally(source=1, sink=2, matched=1, duplicated=1), WindowStatus.MISMATCH),
+        (Window(0, 0, 10), Tally(sink=1, extra=1), WindowStatus.MISMATCH),
+        (Window(0, 0, 10), Tally(source=1, sink=1, mismatched=1), WindowStatus.MISMATCH),
+        # Nothing on either side is complete: there was nothing to lose.
+        (Window(0, 5, 5), Tally(), WindowStatus.COMPLETE),
+        # Never judged, whatever its counts.
+        (Window(0, 0, 10, verifiable=False), MISSING, WindowStatus.UNVERIFIABLE),
+        (Window(0, 0, 10, verifiable=False), COMPLETE, WindowStatus.UNVERIFIABLE),
+    ],
+)
+def test_window_status(window: Window, tally: Tally, status: WindowStatus) -> None:
+    assert WindowResult(window, tally).status is status
+
+
+def test_a_run_with_one_mismatch_fails_and_counts_every_record_once() -> None:
+    run = _run(
+        WindowResult(Window(0, 0, 10), COMPLETE),
+        WindowResult(Window(1, 0, 10), MISSING),
+        WindowResult(
+            Window(2, 0, 10, verifiable=False), Tally(source=4, sink=9, matched=4, extra=5)
+        ),
+    )
+    assert run.exit_code == 1
+    assert run.records() == {
+        RecordResult.MATCHED: 18,
+        RecordResult.MISSING: 2,
+        RecordResult.EXTRA: 0,
+        RecordResult.DUPLICATED: 0,
+        RecordResult.CHECKSUM_MISMATCH: 0,
+        RecordResult.UNVERIFIABLE: 9,
+    }
+    assert run.mismatch_ratio == pytest.approx(2 / 20)
+    assert run.windows_by_status() == {
+        WindowStatus.COMPLETE: 1,
+        WindowStatus.MISMATCH: 1,
+        WindowStatus.UNVERIFIABLE: 1,
+    }
+
+
+def test_unverifiable_windows_and_nothing_settled_pass() -> None:
+    assert _run().exit_code == 0
+    assert _run().mismatch_ratio == 0.0
+    lost = WindowResult(Window(0, 0, 10, verifiable=False), MISSING)
+    assert _run(lost).exit_code == 0
+
+
+def test_the_table_names_partition_window_and_missing_offsets() -> None:
+    run = _run(
+        WindowResult(Window(0, 0, 10, 0, 300_000), COMPLETE),
+        WindowResult(Window(1, 40, 50, 0, 300_000), MISSING),
+        WindowResult(
+            Window(2, 0, 30),
+            Tally(
+                source=30,
+                sink=31,
+                matched=29,
+                mismatched=1,
+                duplicated=1,
+                samples=Samples(mismatched=(17,), duplicated=(4,)),
+            ),
+        ),
+    )
+    text = render_table(run)
+    lines = text.splitlines()
+    assert lines[0] == "reconcile orders -> /sink/canaries (run r1)"
+    assert lines[2].split() == [
+        "0",
+        "00:00:00-00:05:00",
+        "0-9",
+        "10",
+        "10",
+        "0",
+        "0",
+        "0",
+        "0",
+        "OK",
+    ]
+    assert lines[3].split()[-1] == "MISMATCH"
+    assert "partition 1, window 00:00:00-00:05:00 (offsets 40-49): 2 missing: offsets 3, 7" in lines
+    assert (
+        "partition 2, window offsets 0-29: 1 checksum mismatches: offsets 17; "
+        "1 duplicated: offsets 4" in lines
+    )
+    assert lines[-1] == (
+        "result: MISMATCH (2 of 3 windows): 2 missing, 0 extra, 1 duplicated, "
+        "1 checksum mismatches in 51 records"
+    )
+
+
+def test_a_sample_shorter_than_its_count_says_so() -> None:
+    tally = Tally(source=50, sink=0, missing=50, samples=Samples(missing=(0, 1, 2)))
+    text = render_table(_run(WindowResult(Window(3, 0, 50), tally)))
+    assert "50 missing: offsets 0, 1, 2, ..." in text
+
+
+def test_json_holds_every_window_and_the_totals() -> None:
+    run = _run(
+        WindowResult(Window(0, 0, 10, 0, 300_000), COMPLETE),
+        WindowResult(Window(1, 40, 50), MISSING),
+    )
+    report = json.loads(json.dumps(as_json(run)))
+    assert report["ok"] is False
+    assert report["records"]["missing"] == 2
+    assert report["discrepancies"] == 2
+    assert report["duration_s"] == 2.5
+    assert report["windows"][0]["start"] == "1970-01-01T00:00:00Z"
+    assert report["windows"][1] | {"samples": None} == {
+        "partition": 1,
+        "start_offset": 40,
+        "end_offset": 50,
+        "start": None,
+        "end": None,
+        "status": "mismatch",
+        "source": 10,
+        "sink": 8,
+        "matched": 8,
+        "missing": 2,
+        "extra": 0,
+        "duplicated": 0,
+        "checksum_mismatch": 0,
+        "excluded": 0,
+        "source_checksum": "0000000000000000",
+        "sink_checksum": "0000000000000000",
+        "samples": None,
+    }
+    assert report["windows"][1]["samples"]["missing"] == [3, 7]

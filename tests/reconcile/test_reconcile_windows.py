@@ -1,0 +1,107 @@
+"""Reconciliation windows: the pure planner, table-driven."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+import probe.reconcile.windows as windows_module
+from probe.reconcile.windows import (
+    PartitionLog,
+    Window,
+    WindowSpec,
+    offset_windows,
+    time_boundaries,
+    time_windows,
+)
+
+MINUTE = 60_000
+
+
+def test_the_examples_in_the_docstrings_hold() -> None:
+    assert doctest.testmod(windows_module).failed == 0
+
+
+@pytest.mark.parametrize(
+    ("log", "since", "settled", "expected"),
+    [
+        # Aligned on multiples of the size, the last one cut at the settled offset.
+        (PartitionLog(0, 0, 250), 0, 250, [(0, 100, True), (100, 200, True), (200, 250, True)]),
+        # Records younger than the settle delay are not compared at all.
+        (PartitionLog(0, 0, 250), 0, 120, [(0, 100, True), (100, 120, True)]),
+        # The lookback starts inside a window: the whole window is compared.
+        (PartitionLog(0, 0, 250), 130, 250, [(100, 200, True), (200, 250, True)]),
+        # Records before 150 left the log: the window holding them is unverifiable.
+        (PartitionLog(0, 150, 250), 150, 250, [(100, 200, False), (200, 250, True)]),
+        # A settled offset past the log's end (listed a moment apart) stops at the end.
+        (PartitionLog(0, 0, 90), 0, 95, [(0, 90, True)]),
+        # Nothing settled yet, or an empty log: nothing to compare.
+        (PartitionLog(0, 0, 90), 0, 0, []),
+        (PartitionLog(0, 0, 0), 0, 0, []),
+    ],
+)
+def test_offset_windows(
+    log: PartitionLog, since: int, settled: int, expected: list[tuple[int, int, bool]]
+) -> None:
+    planned = offset_windows(log, 100, since, settled)
+    assert [(w.start, w.end, w.verifiable) for w in planned] == expected
+    assert all(w.partition == log.partition and w.start_ms is None for w in planned)
+
+
+@pytest.mark.parametrize(
+    ("now", "lookback", "settle", "expected"),
+    [
+        # 12:07:10 with a 10-minute lookback and 30 s settle: 11:55-12:00, 12:00-12:05.
+        (
+            (12 * 60 + 7) * MINUTE + 10_000,
+            10 * MINUTE,
+            30_000,
+            [(11 * 60 + 55) * MINUTE, 12 * 60 * MINUTE, (12 * 60 + 5) * MINUTE],
+        ),
+        # 12:05:20 with 30 s settle: the window ending at 12:05 has not settled.
+        (
+            (12 * 60 + 5) * MINUTE + 20_000,
+            10 * MINUTE,
+            30_000,
+            [(11 * 60 + 55) * MINUTE, 12 * 60 * MINUTE],
+        ),
+    ],
+)
+def test_time_boundaries_are_aligned_and_settled(
+    now: int, lookback: int, settle: int, expected: list[int]
+) -> None:
+    assert time_boundaries(now, lookback, settle, 5 * MINUTE) == expected
+
+
+def test_time_windows_take_the_first_offset_at_each_boundary() -> None:
+    bounds = [0, 5 * MINUTE, 10 * MINUTE, 15 * MINUTE]
+    log = PartitionLog(2, begin=0, end=90)
+    planned = time_windows(log, bounds, {0: 0, 5 * MINUTE: 30, 10 * MINUTE: 30, 15 * MINUTE: None})
+    assert planned == [
+        Window(2, 0, 30, 0, 5 * MINUTE, True),
+        Window(2, 30, 30, 5 * MINUTE, 10 * MINUTE, True),  # no record in it
+        Window(2, 30, 90, 10 * MINUTE, 15 * MINUTE, True),  # every record older than 15'
+    ]
+    assert planned[0].label == "00:00:00-00:05:00"
+
+
+def test_a_time_window_that_may_have_lost_records_is_unverifiable() -> None:
+    bounds = [0, 5 * MINUTE, 10 * MINUTE, 15 * MINUTE]
+    # Records 0..39 were deleted; 40 is the first record at or after 0' and at or
+    # after 5': the deleted ones may have belonged to either window.
+    log = PartitionLog(0, begin=40, end=90)
+    planned = time_windows(log, bounds, {0: 40, 5 * MINUTE: 40, 10 * MINUTE: 60, 15 * MINUTE: 90})
+    assert [(w.start, w.end, w.verifiable) for w in planned] == [
+        (40, 40, False),
+        (40, 60, False),
+        (60, 90, True),  # record 59 is older than 10' and still here: nothing lost after
+    ]
+
+
+@pytest.mark.parametrize(
+    ("offsets", "duration_ms"), [(None, None), (100, 1000), (0, None), (None, 0)]
+)
+def test_a_window_spec_is_one_positive_size(offsets: int | None, duration_ms: int | None) -> None:
+    with pytest.raises(ValueError, match="window"):
+        WindowSpec(offsets, duration_ms)

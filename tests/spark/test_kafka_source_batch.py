@@ -1,0 +1,224 @@
+"""The sla_kafka source in batch mode (spark.read): offset and timestamp bounds per
+partition, against the real broker."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pyspark.sql import DataFrame, SparkSession
+
+from probe.embedded import EmbeddedBroker
+from probe.spark.kafka_source import (
+    SOURCE_NAME,
+    Bound,
+    BoundSpec,
+    KafkaStreamSource,
+    OffsetRange,
+    assigned,
+    bound_spec,
+    clamp_ranges,
+    split_ranges,
+)
+from tests.conftest import wait_for
+from tests.spark.test_kafka_source import _create, _produce
+
+
+def _read(spark: SparkSession, broker: EmbeddedBroker, topic: str, **options: str) -> DataFrame:
+    spark.dataSource.register(KafkaStreamSource)
+    reader = (
+        spark.read.format(SOURCE_NAME)
+        .option("bootstrap.servers", broker.bootstrap_servers)
+        .option("topic", topic)
+    )
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def _rows(frame: DataFrame) -> list[tuple[int, int, str]]:
+    return sorted((r.partition, r.offset, bytes(r.value).decode()) for r in frame.collect())
+
+
+@pytest.mark.parametrize(
+    ("options", "side", "expected"),
+    [
+        ({}, "starting", BoundSpec(None, {})),
+        ({"startingOffsets": "earliest"}, "starting", BoundSpec(None, {})),
+        ({"endingOffsets": "latest"}, "ending", BoundSpec(None, {})),
+        (
+            {"startingOffsets": '{"0": 4, "2": 0}'},
+            "starting",
+            BoundSpec(None, {"0": Bound("offset", 4), "2": Bound("offset", 0)}),
+        ),
+        (
+            {"endingTimestamp": "1700000000000"},
+            "ending",
+            BoundSpec(Bound("timestamp", 1700000000000), {}),
+        ),
+        (
+            {"startingOffsetsByTimestamp": '{"1": 1700000000000}'},
+            "starting",
+            BoundSpec(None, {"1": Bound("timestamp", 1700000000000)}),
+        ),
+    ],
+)
+def test_bounds_are_read_from_the_options(
+    options: dict[str, str], side: str, expected: BoundSpec
+) -> None:
+    assert bound_spec(options, side) == expected
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"startingOffsets": "latest"}, "startingOffsets must be earliest or a JSON map"),
+        ({"endingOffsets": "earliest"}, "endingOffsets must be latest or a JSON map"),
+        ({"startingOffsets": '{"0": -1}'}, "JSON map"),
+        ({"startingTimestamp": "yesterday"}, "startingTimestamp must be epoch milliseconds"),
+        (
+            {"startingOffsets": '{"0": 1}', "startingTimestamp": "1"},
+            "give one of startingOffsets, startingTimestamp",
+        ),
+    ],
+)
+def test_bad_bounds_are_refused_naming_the_option(options: dict[str, str], message: str) -> None:
+    side = "ending" if any(name.startswith("ending") for name in options) else "starting"
+    with pytest.raises(ValueError, match=message):
+        bound_spec(options, side)
+
+
+def test_ranges_are_held_inside_the_log() -> None:
+    begin, end = {"0": 5, "1": 0, "2": 0}, {"0": 9, "1": 3, "2": 8}
+    assert clamp_ranges("t", begin, end, {"0": 2, "2": 6}, {"0": 20, "2": 4}) == [
+        OffsetRange("t", 0, 5, 9),  # the start before the log's beginning: from it
+        OffsetRange("t", 1, 0, 3),  # not named: the whole log
+        OffsetRange("t", 2, 6, 6),  # an end before the start: nothing
+    ]
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=500), min_size=1, max_size=8),
+    pieces=st.integers(min_value=1, max_value=20),
+)
+def test_split_ranges_cover_every_offset_once(sizes: list[int], pieces: int) -> None:
+    ranges = [OffsetRange("t", p, 100, 100 + n) for p, n in enumerate(sizes)]
+    cut = split_ranges(ranges, pieces)
+    for offsets in ranges:
+        mine = [r for r in cut if r.partition == offsets.partition]
+        covered = [o for r in mine for o in range(r.start, r.end)]
+        assert covered == list(range(offsets.start, offsets.end))
+    filled = sum(1 for r in ranges if r.size)
+    if 0 < filled < pieces:
+        # Cut into pieces of at most an even share each.
+        assert max(r.size for r in cut) <= -(-sum(sizes) // pieces)
+    else:
+        assert cut == [r for r in ranges if r.size]
+
+
+async def test_offset_bounds_per_partition(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str
+) -> None:
+    await _create(broker, topic, 3)
+    _produce(broker, topic, {0: 5, 1: 3, 2: 4}, "r")
+    everything = _rows(_read(spark, broker, topic))
+    assert len(everything) == 12
+    bounded = _rows(
+        _read(
+            spark,
+            broker,
+            topic,
+            startingOffsets=json.dumps({"0": 2, "2": 1}),
+            endingOffsets=json.dumps({"0": 4, "1": 2}),
+        )
+    )
+    assert bounded == [
+        (0, 2, "r-0-2"),
+        (0, 3, "r-0-3"),
+        (1, 0, "r-1-0"),
+        (1, 1, "r-1-1"),
+        (2, 1, "r-2-1"),
+        (2, 2, "r-2-2"),
+        (2, 3, "r-2-3"),
+    ]
+
+
+async def test_timestamp_bounds_split_the_log_where_the_clock_was(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str
+) -> None:
+    """[earliest, t) and [t, latest) hold every record once, split at time t."""
+    await _create(broker, topic, 2)
+    _produce(broker, topic, {0: 3, 1: 2}, "before")
+    stamps = [r.timestamp for r in _read(spark, broker, topic).collect()]
+    split_ms = int(max(stamps).timestamp() * 1000) + 1
+    # The broker stamps records with its clock (this machine's): produce the rest only
+    # once that clock has passed the split.
+    wait_for(lambda: time.time() * 1000 > split_ms + 1, timeout=5, what="the clock past the split")
+    _produce(broker, topic, {0: 2, 1: 1}, "after")
+    earlier = _rows(_read(spark, broker, topic, endingTimestamp=str(split_ms)))
+    later = _rows(_read(spark, broker, topic, startingTimestamp=str(split_ms)))
+    assert [value for _, _, value in earlier] == [
+        "before-0-0", "before-0-1", "before-0-2", "before-1-0", "before-1-1",
+    ]  # fmt: skip
+    assert later == [(0, 3, "after-0-0"), (0, 4, "after-0-1"), (1, 2, "after-1-0")]
+    # Per partition, and mixed with offsets on the other side.
+    mixed = _rows(
+        _read(
+            spark,
+            broker,
+            topic,
+            startingOffsetsByTimestamp=json.dumps({"1": split_ms}),
+            endingOffsets=json.dumps({"0": 1}),
+        )
+    )
+    assert mixed == [(0, 0, "before-0-0"), (1, 2, "after-1-0")]
+    # A time past every record: nothing from it on, everything before it.
+    future = str(split_ms + 3_600_000)
+    assert _rows(_read(spark, broker, topic, startingTimestamp=future)) == []
+    assert len(_rows(_read(spark, broker, topic, endingTimestamp=future))) == 8
+
+
+async def test_min_partitions_reads_a_large_partition_in_several_tasks(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str
+) -> None:
+    await _create(broker, topic, 2)
+    _produce(broker, topic, {0: 9, 1: 1}, "m")
+    frame = _read(spark, broker, topic, minPartitions="5")
+    # Pieces of at most 10 / 5 = 2 records: partition 0's 9 in 5, partition 1's 1 in 1.
+    assert frame.rdd.getNumPartitions() == 6
+    rows = _rows(frame)
+    assert rows == sorted(set(rows))
+    assert len(rows) == 10
+    assert all(isinstance(r.timestamp, datetime) for r in frame.collect())
+
+
+async def test_an_unknown_partition_or_topic_fails_the_read_naming_it(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str
+) -> None:
+    await _create(broker, topic, 2)
+    with pytest.raises(Exception, match="has no partition 7"):
+        _read(spark, broker, topic, startingOffsets='{"7": 0}').collect()
+    with pytest.raises(Exception, match="not found"):
+        _read(spark, broker, f"{topic}-missing").collect()
+
+
+def test_assign_names_the_partitions_to_read() -> None:
+    assert assigned({"topic": "t"}) is None
+    assert assigned({"topic": "t", "assign": '{"t": [1, 3]}'}) == {"1", "3"}
+    with pytest.raises(ValueError, match=r'assign must be a JSON map \{"t": \[partition'):
+        assigned({"topic": "t", "assign": '{"other": [1]}'})
+
+
+async def test_assign_reads_only_the_partitions_named(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str
+) -> None:
+    await _create(broker, topic, 3)
+    _produce(broker, topic, {0: 2, 1: 2, 2: 2}, "a")
+    only = _rows(_read(spark, broker, topic, assign=json.dumps({topic: [2]})))
+    assert only == [(2, 0, "a-2-0"), (2, 1, "a-2-1")]
+    with pytest.raises(Exception, match="has no partition 5"):
+        _read(spark, broker, topic, assign=json.dumps({topic: [5]})).collect()

@@ -1,0 +1,248 @@
+"""The reconciliation job on real Spark against the real broker and real Parquet
+tables, in the generic formats (raw bytes, JSON fields): what each discrepancy looks
+like, and windows by offsets and by time."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from probe.embedded import EmbeddedBroker
+from probe.errors import ConfigError, ReconcileFailed
+from probe.reconcile.outcome import Reconciliation, WindowStatus
+from probe.reconcile.windows import WindowSpec
+from probe.spark.checksum import RecordFormat
+from probe.spark.kafka_source import TopicOffsets
+from probe.spark.reconcile import ReconcileJob, ReconcileSettings
+from tests.conftest import wait_for
+from tests.spark.test_kafka_source import _create, _produce
+
+Row = dict[str, object]
+
+
+def _value(partition: int, offset: int) -> bytes:
+    # What tests.spark.test_kafka_source._produce writes with tag "r".
+    return f"r-{partition}-{offset}".encode()
+
+
+def _table(path: Path, rows: list[Row], schema: pa.Schema) -> str:
+    """A table as a sink writes one: a directory of Parquet files."""
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path / "part-00000.parquet")
+    return str(path)
+
+
+RAW = pa.schema(
+    [("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()), ("value", pa.binary())]
+)
+
+
+def _raw_rows(per_partition: dict[int, int]) -> list[Row]:
+    return [
+        {"kafka_partition": p, "kafka_offset": o, "value": _value(p, o)}
+        for p, count in per_partition.items()
+        for o in range(count)
+    ]
+
+
+def _job(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    table: str,
+    clock_ms: Callable[[], int] | None = None,
+    **overrides: object,
+) -> ReconcileJob:
+    values: dict[str, object] = {
+        "bootstrap_servers": broker.bootstrap_servers,
+        "topic": topic,
+        "table": table,
+        "window": WindowSpec(offsets=10),
+        "settle_s": 1.0,
+        "lookback_s": None,
+        "record_format": RecordFormat.RAW,
+        "sample_size": 3,
+    }
+    values.update(overrides)
+    settings = ReconcileSettings(**values)  # type: ignore[arg-type]
+    return ReconcileJob(spark, settings, clock_ms or _settled_clock)
+
+
+def _settled_clock() -> int:
+    """Ten seconds from now: everything produced so far is older than the settle
+    delay these tests use, however fast they run."""
+    return int(time.time() * 1000) + 10_000
+
+
+def _by_window(run: Reconciliation) -> dict[tuple[int, int], tuple[WindowStatus, int, int]]:
+    return {
+        (r.window.partition, r.window.start): (r.status, r.tally.source, r.tally.sink)
+        for r in run.windows
+    }
+
+
+async def test_a_table_holding_every_record_once_is_complete(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    await _create(broker, topic, 3)
+    _produce(broker, topic, {0: 12, 1: 5, 2: 0}, "r")
+    table = _table(tmp_path / "t", _raw_rows({0: 12, 1: 5}), RAW)
+    run = _job(spark, broker, topic, table).run("run-1")
+    assert _by_window(run) == {
+        (0, 0): (WindowStatus.COMPLETE, 10, 10),
+        (0, 10): (WindowStatus.COMPLETE, 2, 2),
+        (1, 0): (WindowStatus.COMPLETE, 5, 5),
+    }
+    assert run.exit_code == 0
+    for result in run.windows:
+        # Both sides hold the same records: the same window checksum.
+        assert result.tally.source_checksum == result.tally.sink_checksum != "0" * 16
+
+
+async def test_each_discrepancy_is_counted_and_named_by_partition_window_and_offset(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    await _create(broker, topic, 3)
+    _produce(broker, topic, {0: 10, 1: 10, 2: 10}, "r")
+    rows = _raw_rows({0: 10, 1: 10, 2: 10})
+    by_key = {(r["kafka_partition"], r["kafka_offset"]): r for r in rows}
+    del by_key[(1, 3)], by_key[(1, 8)]  # two rows lost
+    by_key[(2, 4)] = {**by_key[(2, 4)], "value": b"r-2-4 but changed"}  # one altered
+    table_rows = [*by_key.values(), by_key[(0, 7)]]  # one written twice
+    run = _job(spark, broker, topic, _table(tmp_path / "t", table_rows, RAW)).run("run-2")
+    assert run.exit_code == 1
+    p0, p1, p2 = run.windows
+    assert (p0.status, p0.tally.duplicated, p0.tally.samples.duplicated) == (
+        WindowStatus.MISMATCH,
+        1,
+        (7,),
+    )
+    assert (p0.tally.source, p0.tally.sink, p0.tally.matched) == (10, 11, 10)
+    assert (p1.tally.missing, p1.tally.samples.missing, p1.tally.sink) == (2, (3, 8), 8)
+    assert (p2.tally.mismatched, p2.tally.samples.mismatched, p2.tally.matched) == (1, (4,), 9)
+    assert p0.tally.source_checksum != p0.tally.sink_checksum
+    assert p2.tally.source_checksum != p2.tally.sink_checksum
+    assert run.records()["missing"] == 2
+
+
+async def test_records_newer_than_the_settle_delay_are_not_compared(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """Records produced after `now - settle` are on their way: not missing."""
+    await _create(broker, topic, 1)
+    _produce(broker, topic, {0: 6}, "r")
+    # Records carry the producer's clock in milliseconds: the split lies strictly
+    # after the last one produced, strictly before the first one after.
+    split_ms = int(time.time() * 1000) + 1
+    wait_for(lambda: time.time() * 1000 >= split_ms + 1, timeout=5, what="the clock to move")
+    _produce(broker, topic, {0: 4}, "in-flight")  # offsets 6..9, not in the table yet
+    offsets = TopicOffsets({"bootstrap.servers": broker.bootstrap_servers, "topic": topic})
+    try:
+        assert offsets.at_times({"0": split_ms}) == {"0": 6}
+    finally:
+        offsets.close()
+    table = _table(tmp_path / "t", _raw_rows({0: 6}), RAW)
+    settle_s = 60.0
+    now = split_ms + int(settle_s * 1000)  # the moment the split settles
+    settled = _job(spark, broker, topic, table, lambda: now, settle_s=settle_s).run("settled")
+    assert _by_window(settled) == {(0, 0): (WindowStatus.COMPLETE, 6, 6)}
+    # Once they have settled, those records are missing.
+    later = _job(spark, broker, topic, table).run("later")
+    assert later.windows[0].tally.missing == 4
+    assert later.windows[0].tally.samples.missing == (6, 7, 8)
+
+
+async def test_json_fields_are_compared_as_the_table_types_them(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    await _create(broker, topic, 1)
+    from confluent_kafka import Producer  # noqa: PLC0415
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    orders = [{"id": i, "item": f"item-{i}", "qty": i % 3} for i in range(5)]
+    for order in orders:
+        producer.produce(topic, json.dumps(order).encode(), partition=0)
+        assert producer.flush(10) == 0
+    schema = pa.schema(
+        [
+            ("kafka_partition", pa.int32()),
+            ("kafka_offset", pa.int64()),
+            ("id", pa.int64()),
+            ("item", pa.string()),
+            ("qty", pa.int32()),
+        ]
+    )
+    rows: list[Row] = [{"kafka_partition": 0, "kafka_offset": i, **o} for i, o in enumerate(orders)]
+    rows[2] = {**rows[2], "qty": 7}
+    table = _table(tmp_path / "orders", rows, schema)
+    run = _job(
+        spark,
+        broker,
+        topic,
+        table,
+        record_format=RecordFormat.JSON,
+        checksum_columns=("id", "item", "qty"),
+    ).run("json")
+    (window,) = run.windows
+    assert (window.tally.matched, window.tally.mismatched, window.tally.samples.mismatched) == (
+        4,
+        1,
+        (2,),
+    )
+
+
+async def test_time_windows_place_records_by_their_first_offset_at_each_boundary(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    await _create(broker, topic, 2)
+    _produce(broker, topic, {0: 4, 1: 3}, "r")
+    rows = [
+        r for r in _raw_rows({0: 4, 1: 3}) if (r["kafka_partition"], r["kafka_offset"]) != (0, 2)
+    ]
+    table = _table(tmp_path / "t", rows, RAW)
+    run = _job(
+        spark,
+        broker,
+        topic,
+        table,
+        window=WindowSpec(duration_ms=1000),
+        lookback_s=60.0,
+    ).run("time")
+    filled = [r for r in run.windows if r.tally.source]
+    assert sum(r.tally.source for r in run.windows) == 7
+    assert all(r.window.start_ms is not None for r in run.windows)
+    (broken,) = [r for r in filled if r.status is WindowStatus.MISMATCH]
+    assert (broken.window.partition, broken.tally.samples.missing) == (0, (2,))
+    assert broken.window.start <= 2 < broken.window.end
+    # Every second of the last minute, on both partitions.
+    assert len(run.windows) in (2 * 59, 2 * 60)
+
+
+def test_a_table_without_the_named_columns_is_a_config_error(
+    spark: SparkSession, tmp_path: Path, broker: EmbeddedBroker, topic: str
+) -> None:
+    table = _table(tmp_path / "t", [{"kafka_partition": 0, "kafka_offset": 0, "value": b""}], RAW)
+    job = _job(spark, broker, topic, table, offset_column="offset")
+    with pytest.raises(ConfigError, match=r"^reconcile\.table: .* has no column offset"):
+        job._sink(
+            spark.createDataFrame(
+                [], "plan_partition int, window_start long, window_end long, window int"
+            )
+        )
+    with pytest.raises(ConfigError, match=r"^reconcile\.table: no Parquet table at"):
+        _job(spark, broker, topic, str(tmp_path / "nowhere"))._sink_table()
+
+
+def test_a_run_that_cannot_compare_fails_saying_why(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    table = _table(tmp_path / "t", _raw_rows({0: 1}), RAW)
+    with pytest.raises(ReconcileFailed, match=f"topic '{topic}-missing' not found"):
+        _job(spark, broker, f"{topic}-missing", table).run("no-topic")
