@@ -153,10 +153,10 @@ async def test_timestamp_bounds_split_the_log_where_the_clock_was(
     """[earliest, t) and [t, latest) hold every record once, split at time t."""
     await _create(broker, topic, 2)
     _produce(broker, topic, {0: 3, 1: 2}, "before")
-    stamps = [r.timestamp for r in _read(spark, broker, topic).collect()]
-    split_ms = int(max(stamps).timestamp() * 1000) + 1
-    # The broker stamps records with its clock (this machine's): produce the rest only
-    # once that clock has passed the split.
+    # The broker stamps records with its clock (this machine's) when it appends them,
+    # before the flush returns: every record so far is older than now. Produce the
+    # rest only once that clock has passed the split.
+    split_ms = int(time.time() * 1000) + 1
     wait_for(lambda: time.time() * 1000 > split_ms + 1, timeout=5, what="the clock past the split")
     _produce(broker, topic, {0: 2, 1: 1}, "after")
     earlier = _rows(_read(spark, broker, topic, endingTimestamp=str(split_ms)))
