@@ -97,6 +97,22 @@ class Tally:
             RecordResult.CHECKSUM_MISMATCH: self.mismatched,
         }
 
+    def counts(self) -> dict[str, int | str]:
+        """The counts and checksums, under the names the JSON report and the report
+        table share."""
+        return {
+            "source": self.source,
+            "sink": self.sink,
+            "matched": self.matched,
+            "missing": self.missing,
+            "extra": self.extra,
+            "duplicated": self.duplicated,
+            "checksum_mismatch": self.mismatched,
+            "excluded": self.excluded,
+            "source_checksum": self.source_checksum,
+            "sink_checksum": self.sink_checksum,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class WindowResult:
