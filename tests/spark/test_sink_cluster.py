@@ -17,14 +17,11 @@ import probe.spark.submit
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from tests.conftest import RunningProbe, http_status, run_args, sample, scrape, wait_for
 from tests.spark.cluster import SparkCluster
+from tests.spark.test_sink_service import _sink_delivered
 
 SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
 # A cold cluster starts an executor, then its Python workers: minutes on 2 shared cores.
 CLUSTER_UP = 420.0
-
-
-def _sink_delivered(port: int) -> float:
-    return sample(scrape(port), "synthetic_sla_canaries_total", stage="sink", outcome="delivered")
 
 
 def test_the_sink_on_a_standalone_cluster_survives_a_lost_executor(  # noqa: PLR0917 - fixtures

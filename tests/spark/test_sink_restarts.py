@@ -26,6 +26,7 @@ from probe.spark.sink import START_FILE, SinkJob
 from probe.spark.stage import SparkSinkStage, sink_settings
 from probe.target import TargetProbe
 from tests.conftest import RunningProbe, http_status, run_args, sample, scrape, until, wait_for
+from tests.spark.test_sink_service import _sink_delivered
 
 SINK_UP = 180.0
 
@@ -213,12 +214,8 @@ def test_run_restarts_the_sink_when_its_jvm_dies(
         "--stages", "consumer,sink", "--sink-path", str(sink_path),
     )  # fmt: skip
 
-    def sink_delivered() -> float:
-        return sample(scrape(running.port), "synthetic_sla_canaries_total", stage="sink",
-                      outcome="delivered")  # fmt: skip
-
     wait_for(
-        lambda: running.process.poll() is not None or sink_delivered() >= 3,
+        lambda: running.process.poll() is not None or _sink_delivered(running.port) >= 3,
         timeout=SINK_UP,
         what="canaries delivered in the sink stage",
     )
@@ -230,10 +227,10 @@ def test_run_restarts_the_sink_when_its_jvm_dies(
         timeout=60,
         what="a restart for the dead JVM",
     )  # fmt: skip
-    before = sink_delivered()
+    before = _sink_delivered(running.port)
     consumer = running.canaries("delivered")
     wait_for(
-        lambda: running.process.poll() is not None or sink_delivered() >= before + 6,
+        lambda: running.process.poll() is not None or _sink_delivered(running.port) >= before + 6,
         timeout=SINK_UP,
         what="the sink delivering again after the restart",
     )
