@@ -239,7 +239,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans offset ranges on the driver; reads them on the executors."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.options = dict(options)
+        # Spark hands options case-insensitively (lower-cased keys): a plain dict of
+        # them would never find fetchMaxWaitMs again on the executors.
+        self.options = CaseInsensitiveDict(options)
         self.topic = options["topic"]
         limit = options.get("maxRecordsPerBatch")
         self.max_records = int(limit) if limit else None

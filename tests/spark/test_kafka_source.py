@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from confluent_kafka import Producer
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import CaseInsensitiveDict
 
 from probe.embedded import EmbeddedBroker
 from probe.spark.kafka_source import (
@@ -222,3 +224,15 @@ async def test_an_added_partition_is_read(
         (2, 0, "new-2-0"),
         (2, 1, "new-2-1"),
     ]
+
+
+def test_the_stream_readers_options_keep_their_names_as_spark_hands_them() -> None:
+    """Spark passes options lower-cased; the executors' reads look them up by their
+    documented names (fetchMaxWaitMs, readTimeoutSeconds)."""
+    given = CaseInsensitiveDict(
+        {"bootstrap.servers": "b:9092", "topic": "t", "fetchMaxWaitMs": "250"}
+    )
+    source = KafkaStreamSource(given)
+    reader = source.streamReader(source.schema())
+    assert reader.options.get("fetchMaxWaitMs") == "250"
+    assert pickle.loads(pickle.dumps(reader.options)).get("fetchMaxWaitMs") == "250"
