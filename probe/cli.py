@@ -16,7 +16,6 @@ the ``--config`` YAML file. Exit codes: 0 all canaries delivered, 1 SLO failed,
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from typing import Any, TypeVar
 import click
 
 from probe import config as config_module
-from probe import logs, tracing
+from probe import logs, loop, tracing
 from probe.config import ProbeConfig
 from probe.errors import ConfigError
 from probe.keyfile import (
@@ -369,7 +368,7 @@ def run(config_file: Path | None, **flags: Any) -> None:
         return
     logs.configure(config.log_level)
     try:
-        asyncio.run(serve(config, keyring))
+        loop.run(serve(config, keyring))
     except ConfigError as error:
         # Found only when the service starts: the metrics port or host (probe/endpoints.py).
         _fail_config(error)
@@ -415,7 +414,7 @@ def sink(config_file: Path | None, **flags: Any) -> None:
 
     last_words = LastWords()
     try:
-        ended = asyncio.run(serve_sink(config, keyring.ring))
+        ended = loop.run(serve_sink(config, keyring.ring))
     except ConfigError as error:
         # Found only when the metrics server starts: the metrics port or host.
         _fail_config(error)
@@ -531,7 +530,7 @@ def reconcile(
     if config.reconcile.every is not None:
         logs.configure(config.log_level)
         try:
-            asyncio.run(serve_reconcile(config, keyring_json))
+            loop.run(serve_reconcile(config, keyring_json))
         except ConfigError as error:  # the metrics port or host
             _fail_config(error)
         return

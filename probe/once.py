@@ -18,13 +18,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from probe import loop
 from probe.config import ProbeConfig, StageName, TargetKind
 from probe.embedded import EmbeddedBroker
 from probe.errors import ConfigError, ProbeError, RejectReason, TransportError
 from probe.judge import Finding, Outcome
 from probe.keys import KeyRing
 from probe.report import Report, StageTally, Tally
-from probe.signals import Interrupted, interruptible
+from probe.signals import Interrupted, interruptible, raising_on_signals
 from probe.target import TargetProbe, target_name
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ def run_once(config: ProbeConfig, keyring: KeyRing, *, as_json: bool) -> int:
     """The whole `once` command; returns the exit code."""
     try:
         with interruptible(), broker_for(config) as probed:
-            report = asyncio.run(probe_once(probed, keyring))
+            report = loop.run(raising_on_signals(probe_once(probed, keyring)))
     except Interrupted as stop:
         log.error("interrupted by %s: no report", stop)
         return EXIT_SIGNAL_BASE + stop.signum

@@ -354,9 +354,16 @@ class TargetProbe:
         """
         interval_ns = _ns(interval)
         rounds: set[asyncio.Task[None]] = set()
+        # The loop's timers run on the monotonic clock and may wake a little before
+        # the wall clock reaches the tick: the next tick is counted from the last one
+        # started, never from a clock still short of it, or that tick would start a
+        # second round (it did, one tick in three at 10,000 partitions: 22 % more
+        # canaries than the interval says).
+        last_tick = 0
         try:
             while not stop.is_set():
-                tick = next_tick_ns(self._clock_ns(), interval_ns)
+                tick = next_tick_ns(max(self._clock_ns(), last_tick), interval_ns)
+                last_tick = tick
                 delay = (tick - self._clock_ns()) / 1e9
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=max(0.0, delay))

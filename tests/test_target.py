@@ -219,6 +219,42 @@ async def test_every_tick_of_an_outage_is_a_round_and_every_canary_has_a_fate(
     assert 3 * (started - 1) <= sum(outcomes.values()) <= 3 * started, (dict(outcomes), started)
 
 
+async def test_one_round_per_tick_when_the_loop_wakes_before_the_wall_clock(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """The event loop's timers may fire a little before the wall clock reaches the
+    tick they were set for: here the probe's wall clock runs 1 % slower than the
+    loop's, so every wait ends just short of its tick. Each tick must still start
+    exactly one round."""
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    config = _config(broker, topic)
+    base = time.time_ns()
+    probe = TargetProbe(
+        config, generate_key_ring(), [metrics], metrics=metrics,
+        clock_ns=lambda: base + (time.time_ns() - base) * 99 // 100,
+    )  # fmt: skip
+    await probe.connect(give_up_after=10)
+    stop = asyncio.Event()
+    interval = 0.25
+    rounds = asyncio.create_task(probe.run_rounds(interval, stop))
+
+    def started() -> float:
+        return registry.get_sample_value("synthetic_sla_rounds_total", {"target": "kafka"}) or 0
+
+    try:
+        await until(lambda: started() >= 1, 10, "a first round")
+        first, since = started(), time.monotonic()
+        await until(lambda: started() >= first + 8, 10, "eight more rounds")
+        elapsed = time.monotonic() - since
+    finally:
+        stop.set()
+        await rounds
+        await probe.close()
+    # Eight ticks take at least seven intervals; two rounds per tick would take four.
+    assert elapsed >= 7 * interval, elapsed
+
+
 async def test_a_large_topic_is_read_where_canaries_are_on_their_way(
     broker: EmbeddedBroker, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

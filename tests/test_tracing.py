@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -295,3 +298,47 @@ class Fates:
 
     def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None:
         raise AssertionError(reason)
+
+
+_UNRECORDED_CHECK = """
+import json
+from opentelemetry import trace
+from probe import tracing
+tracing.install_tracer_provider()
+with tracing.produce_span(system="kafka", destination="t", partition=0, target="kafka",
+                          probe_id="p", seq=0) as span:
+    recording = span.span is not None and span.span.is_recording()
+hop = tracing.Hop(stage="consumer", target="kafka", system="kafka", destination="t")
+fate = tracing.record_fate(span.traceparent, hop, seq=0, canary_partition=0,
+                           outcome="delivered", latency_s=0.01, arrived_ns=1)
+print("RESULT", json.dumps({"traceparent": span.traceparent, "recording": recording,
+                  "fate": [fate.trace_id, fate.span_id]}))
+"""
+
+
+@pytest.mark.parametrize(("exporter", "sampled"), [("none", 0), ("console", 1)])
+def test_spans_are_built_only_when_something_receives_them(exporter: str, sampled: int) -> None:
+    """No exporter: the canary still carries fresh valid ids, flagged not sampled,
+    and its fate at a stage gets its own span id in the same trace; no span is built.
+    An exporter: real spans, sampled."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_TRACES_EXPORTER"] = exporter
+    done = subprocess.run(
+        [sys.executable, "-c", _UNRECORDED_CHECK],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    # The console exporter prints its spans on stdout too.
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    seen = json.loads(line.removeprefix("RESULT "))
+    ids = tracing.ids_of(seen["traceparent"])
+    assert ids is not None
+    assert int(seen["traceparent"][-2:], 16) & 1 == sampled  # W3C's sampled flag
+    assert seen["recording"] is (exporter != "none")
+    assert seen["fate"][0] == ids.trace_id
+    assert seen["fate"][1] != ids.span_id
+    assert tracing.ids_of(f"00-{seen['fate'][0]}-{seen['fate'][1]}-00") is not None

@@ -137,10 +137,9 @@ async def test_one_canarys_produce_arrival_and_sink_commit_spans_are_one_trace(
         # The process's provider may come from an earlier test, installed without an
         # exporter (it can be installed once): the exporter joins it, and leaves after.
         tracing.install_tracer_provider()
-        provider = trace.get_tracer_provider()
-        assert isinstance(provider, TracerProvider)
+        assert isinstance(trace.get_tracer_provider(), TracerProvider)
         exporting = BatchSpanProcessor(tracing.otlp_exporter(os.environ), schedule_delay_millis=100)
-        provider.add_span_processor(exporting)
+        tracing.export_to(exporting)
         try:
             async with pipeline(spark, broker, topic, tmp_path / "sink") as p:
                 await p.probe.produce_round()
@@ -148,7 +147,7 @@ async def test_one_canarys_produce_arrival_and_sink_commit_spans_are_one_trace(
                 table = spark.read.parquet(p.settings.table("canaries")).collect()
             exporting.force_flush(10_000)
         finally:
-            exporting.shutdown()
+            tracing.shutdown()
         traces = receiver.traces()
     assert len(table) == 3
     for row in table:
