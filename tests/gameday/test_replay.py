@@ -6,7 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from probe.gameday.prometheus import RecordedSeries
-from probe.gameday.replay import ReplayPlan, parse_promtool_alerts, replay, series_values
+from probe.gameday.replay import (
+    ReplayPlan,
+    build_unit_test,
+    parse_promtool_alerts,
+    replay,
+    series_values,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "charts" / "prometheus" / "synthetic-sla-probe.rules.yml"
@@ -104,3 +110,17 @@ def test_an_outage_replayed_at_production_time_pages_then_resolves(tmp_path: Pat
     # The 6h/30m pair holds it for 30 minutes after the last loss (recovery at +300 s).
     assert page.end is not None
     assert 1700 <= page.end - (fault + 300) <= 1900
+
+
+def test_the_replay_evaluates_every_rule_group_in_the_files_order(tmp_path: Path) -> None:
+    # Without the order promtool shuffles the groups at each step: an alert read the
+    # recordings of the step before in some runs, and a page moved by one step.
+    plan = ReplayPlan(live_start=T0, live_step=1.0, factor=20.0, history=100.0, fault_start=T0)
+    unit_test = build_unit_test(_outage(3, 1, 2), plan, 3, RULES)
+    order = unit_test["group_eval_order"]
+    assert order[0] == "synthetic-sla-probe.sli"
+    assert order.index("synthetic-sla-probe.sli") < order.index("synthetic-sla-probe.slo-alerts")
+    written = RULES.read_text()
+    assert order == sorted(order, key=lambda name: written.index(f"- name: {name}\n"))
+    assert all(f"- name: {name}\n" in written for name in order)
+    assert written.count("\n- name: ") == len(order)
