@@ -451,6 +451,22 @@ def sink(config_file: Path | None, **flags: Any) -> None:
     ),
     _option("offset-column", "reconcile.offset_column", "Table column of the Kafka offset."),
     _option(
+        "key-column",
+        "reconcile.key_column",
+        "Match rows by this table column instead of partition and offset.",
+    ),
+    _option(
+        "source-key",
+        "reconcile.source_key",
+        "With --key-column, format json: the value's field holding the key "
+        "(default: the record's Kafka key).",
+    ),
+    _option(
+        "time-column",
+        "reconcile.time_column",
+        "With --key-column: the table's time column, so rows no record matches count as extra.",
+    ),
+    _option(
         "checksum-columns",
         "reconcile.checksum_columns",
         "Table columns the checksum covers, comma-separated (raw: 1; json: the fields).",

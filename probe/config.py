@@ -575,6 +575,14 @@ class ReconcileConfig(_Section):
     format: Literal["canary", "raw", "json"] = "canary"
     partition_column: ColumnName = "kafka_partition"
     offset_column: ColumnName = "kafka_offset"
+    # A table without partition and offset columns is matched by a key column: the
+    # record's Kafka key (UTF-8), or with source_key that field of its JSON value.
+    key_column: ColumnName | None = None
+    source_key: ColumnName | None = None
+    # The table's time column (timestamp, date or epoch ms), matched by key: places
+    # rows whose key no record holds, so they count as extra; without it they are
+    # not judged.
+    time_column: ColumnName | None = None
     # The table's columns the checksum covers; default: the format's own (canary: the
     # signed fields; raw: value). Required for json.
     checksum_columns: Annotated[
@@ -602,6 +610,22 @@ class ReconcileConfig(_Section):
         if lookback is None and isinstance(window, ReconcileWindowConfig) and window.duration_s:
             raise ValueError("required with windows by time (or set reconcile.window.offsets)")
         return lookback
+
+    @field_validator("key_column")
+    @classmethod
+    def _key_for_format(cls, key: str | None, info: ValidationInfo) -> str | None:
+        if key is not None and info.data.get("format") == "canary":
+            raise ValueError("format canary matches by partition and offset")
+        return key
+
+    @field_validator("source_key", "time_column")
+    @classmethod
+    def _needs_key(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("key_column") is None:
+            raise ValueError("needs key_column (it matches rows by key)")
+        if info.field_name == "source_key" and value and info.data.get("format") != "json":
+            raise ValueError("a field of a JSON value: format json only")
+        return value
 
     @field_validator("checksum_columns")
     @classmethod

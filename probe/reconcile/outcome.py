@@ -7,10 +7,15 @@ Per window, every source record and every table row is counted exactly once::
 
 ``matched``: a source record whose table row carries the same checksum;
 ``missing``: a source record with no row; ``mismatched``: a source record whose row
-(or one of its copies) has another checksum; ``extra``: a row whose offset the
-source does not hold; ``duplicated``: the copies of a row beyond the first.
+(or one of its copies) has another checksum; ``extra``: a row whose offset (or key)
+the source does not hold; ``duplicated``: the copies of a row beyond the first.
 ``excluded`` source records are ones the table is not meant to hold (in the canary
-format: records the sink stage rejects into quarantine/, or foreign ones).
+format: records the sink stage rejects into quarantine/, or foreign ones; matched
+by key: records without a key).
+
+Matched by key, a key the source holds ``n`` times is expected ``n`` times in the
+table: with ``c`` rows, ``min(n, c)`` are matched (or mismatched), ``n - c`` missing
+when fewer, ``c - n`` duplicated when more; with unique keys that is the offset rule.
 
 A window is ``complete`` when nothing but matches was found, ``mismatch`` otherwise,
 and ``unverifiable`` when its source records may have left the topic: such a window
@@ -56,12 +61,15 @@ DISCREPANCIES = (
 @dataclass(frozen=True, slots=True)
 class Samples:
     """A few offsets of each kind of discrepancy, lowest first, at most the run's
-    ``sample_size`` each: enough to start a forensic read or a targeted replay."""
+    ``sample_size`` each: enough to start a forensic read or a targeted replay.
+    Source records are named by offset; a table matched by key names its extra rows
+    by key (``extra_keys``, in key order), having no offset for them."""
 
     missing: tuple[int, ...] = ()
     mismatched: tuple[int, ...] = ()
     extra: tuple[int, ...] = ()
     duplicated: tuple[int, ...] = ()
+    extra_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

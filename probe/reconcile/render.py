@@ -41,35 +41,46 @@ def _time(result: WindowResult) -> str:
     return result.window.label if result.window.start_ms is not None else "-"
 
 
+def _partition(result: WindowResult) -> str:
+    # No partition: the table's rows placed by their time (extra rows of a table
+    # matched by key).
+    partition = result.window.partition
+    return "-" if partition is None else str(partition)
+
+
 def _line(result: WindowResult) -> str:
     t = result.tally
     return (
-        f"{result.window.partition:>9}  {_time(result):<17}  {_offsets(result):<19}  "
+        f"{_partition(result):>9}  {_time(result):<17}  {_offsets(result):<19}  "
         f"{t.source:>8}  {t.sink:>8}  {t.missing:>7}  {t.extra:>5}  {t.duplicated:>5}  "
         f"{t.mismatched:>8}  {_RESULT[result.status]}"
     )
 
 
 def _details(result: WindowResult) -> str | None:
-    t = result.tally
-    where = f"partition {result.window.partition}, window "
-    where += (
-        f"{result.window.label} (offsets {_offsets(result)})"
-        if result.window.start_ms is not None
-        else f"offsets {_offsets(result)}"
-    )
+    t, window = result.tally, result.window
+    if window.partition is None:
+        where = f"table rows by time {window.label}"
+    elif window.start_ms is not None:
+        where = f"partition {window.partition}, window {window.label} (offsets {_offsets(result)})"
+    else:
+        where = f"partition {window.partition}, window offsets {_offsets(result)}"
     if result.status is WindowStatus.UNVERIFIABLE:
         return f"{where}: unverifiable: some of its records left the topic before this run"
-    kinds = [
-        ("missing", t.missing, t.samples.missing),
-        ("checksum mismatches", t.mismatched, t.samples.mismatched),
-        ("extra", t.extra, t.samples.extra),
-        ("duplicated", t.duplicated, t.samples.duplicated),
+    # Extra rows are named by key when the table is matched by key, else by offset.
+    extra: tuple[str, tuple[object, ...]] = (
+        ("keys", t.samples.extra_keys) if t.samples.extra_keys else ("offsets", t.samples.extra)
+    )
+    kinds: list[tuple[str, int, str, tuple[object, ...]]] = [
+        ("missing", t.missing, "offsets", t.samples.missing),
+        ("checksum mismatches", t.mismatched, "offsets", t.samples.mismatched),
+        ("extra", t.extra, *extra),
+        ("duplicated", t.duplicated, "offsets", t.samples.duplicated),
     ]
     found = [
-        f"{count} {name}: offsets {', '.join(map(str, sample))}"
+        f"{count} {name}: {what} {', '.join(map(str, sample))}"
         + (", ..." if count > len(sample) else "")
-        for name, count, sample in kinds
+        for name, count, what, sample in kinds
         if count
     ]
     return f"{where}: {'; '.join(found)}" if found else None
@@ -124,6 +135,7 @@ def window_dict(result: WindowResult) -> dict[str, Any]:
             "missing": list(t.samples.missing),
             "checksum_mismatch": list(t.samples.mismatched),
             "extra": list(t.samples.extra),
+            "extra_keys": list(t.samples.extra_keys),
             "duplicated": list(t.samples.duplicated),
         },
     }

@@ -50,6 +50,8 @@ REPORT_SCHEMA = pa.schema(
         ("checksum_mismatch_sample", _SAMPLE),
         ("extra_sample", _SAMPLE),
         ("duplicated_sample", _SAMPLE),
+        # A table matched by key names its extra rows by key.
+        ("extra_key_sample", pa.list_(pa.string())),
     ]
 )
 
@@ -78,6 +80,7 @@ def report_rows(run: Reconciliation) -> list[dict[str, object]]:
                 "checksum_mismatch_sample": list(t.samples.mismatched),
                 "extra_sample": list(t.samples.extra),
                 "duplicated_sample": list(t.samples.duplicated),
+                "extra_key_sample": list(t.samples.extra_keys),
             }
         )
     return rows

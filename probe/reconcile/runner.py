@@ -77,6 +77,9 @@ def settings_of(config: ProbeConfig, keyring_json: str | None) -> ReconcileSetti
         partition_column=r.partition_column,
         offset_column=r.offset_column,
         checksum_columns=r.checksum_columns,
+        key_column=r.key_column,
+        source_key=r.source_key,
+        time_column=r.time_column,
         sample_size=r.sample_size,
         kafka_options={
             name.replace("_", "."): str(value).lower() if isinstance(value, bool) else str(value)
@@ -160,12 +163,13 @@ def _log_run(run: Reconciliation) -> None:
         if result.status is WindowStatus.MISMATCH:
             t = result.tally
             log.warning(
-                "%s partition %d window %s (offsets %d-%d): %d missing %s, %d checksum "
+                "%s partition %s window %s (offsets %d-%d): %d missing %s, %d checksum "
                 "mismatches %s, %d extra %s, %d duplicated %s",
-                run.topic, result.window.partition, result.window.label,
-                result.window.start, result.window.end - 1,
+                run.topic, "-" if result.window.partition is None else result.window.partition,
+                result.window.label, result.window.start, result.window.end - 1,
                 t.missing, list(t.samples.missing), t.mismatched, list(t.samples.mismatched),
-                t.extra, list(t.samples.extra), t.duplicated, list(t.samples.duplicated),
+                t.extra, list(t.samples.extra or t.samples.extra_keys),
+                t.duplicated, list(t.samples.duplicated),
             )  # fmt: skip
 
 

@@ -24,6 +24,13 @@ would be short through no fault of the sink. An offset window is unverifiable wh
 starts before the log's first offset; a time window when the log has lost records
 and the window's first offset is the log's first one (a deleted record might have
 belonged to it).
+
+**Rows by time.** A table matched by a key column has no partition or offset to
+place a row by. A row whose key matches a record is in that record's window; one
+whose key matches none (an *extra* row) can only be placed by a time column of the
+table, in a window with no partition (:func:`rows_by_time`) spanning a stretch of
+time the placed windows cover. It is unverifiable when one of them is: a row whose
+record left the topic would look extra.
 """
 
 from __future__ import annotations
@@ -74,10 +81,11 @@ class Window:
 
     ``start_ms``/``end_ms`` are the record-time bounds of a time window (None for an
     offset window). ``verifiable`` is False when some of its source records may have
-    left the topic: its counts are reported, never judged.
+    left the topic: its counts are reported, never judged. ``partition`` None: the
+    table's rows placed by their time alone (see rows_by_time), holding no offsets.
     """
 
-    partition: int
+    partition: int | None
     start: int
     end: int
     start_ms: int | None = None
@@ -90,9 +98,13 @@ class Window:
 
         >>> Window(0, 0, 1000).label
         'offsets 0-999'
+        >>> Window(None, 0, 0, None, 300_000).label
+        'before 00:05:00'
         """
         if self.start_ms is not None and self.end_ms is not None:
             return f"{_clock(self.start_ms)}-{_clock(self.end_ms)}"
+        if self.end_ms is not None:
+            return f"before {_clock(self.end_ms)}"
         return f"offsets {self.start}-{self.end - 1}" if self.end > self.start else "no offsets"
 
 
@@ -162,3 +174,33 @@ def time_windows(
 
 def _at(log: PartitionLog, offset: int | None) -> int:
     return log.end if offset is None else min(max(offset, log.begin), log.end)
+
+
+def rows_by_time(placed: Sequence[Window], spans: Sequence[tuple[int | None, int]]) -> list[Window]:
+    """Windows with no partition, one per span ``(start_ms, end_ms)`` of table time
+    (start None: from the beginning), for the rows no record's window holds. Each is
+    verifiable when every placed window it overlaps is (an offset window, with no
+    time bounds, overlaps every span).
+
+    >>> [(w.start_ms, w.end_ms, w.verifiable) for w in rows_by_time(
+    ...     [Window(0, 0, 40, 0, 300_000, verifiable=False), Window(0, 40, 70, 300_000, 600_000)],
+    ...     [(0, 300_000), (300_000, 600_000)])]
+    [(0, 300000, False), (300000, 600000, True)]
+    """
+    return [
+        Window(
+            None,
+            0,
+            0,
+            start_ms=start,
+            end_ms=end,
+            verifiable=all(
+                w.verifiable
+                for w in placed
+                if w.start_ms is None
+                or w.end_ms is None
+                or ((start is None or w.end_ms > start) and w.start_ms < end)
+            ),
+        )
+        for start, end in spans
+    ]

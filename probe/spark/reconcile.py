@@ -21,6 +21,16 @@ No record ever reaches the driver: the work splits by Kafka partition and offset
 source's tasks, the join's and the aggregation's shuffle), so it scales with the
 cluster. Both sides place a record in its window by partition and offset only, so a
 record is in the same window on both sides whatever its timestamps (see windows).
+
+**Matched by key.** A table without partition and offset columns (what most
+pipelines write: an ``order_id``, not a Kafka coordinate) is matched by a key column
+instead: the source's records and the table's rows are each grouped by key and joined
+on it (full outer, shuffled by key), a key is in the window of its first record, and a
+row whose key no compared record holds is *extra* only when the table's time column
+places it in the compared stretch of time (a window with no partition); without a
+time column such rows cannot be told from rows of older records, and are not judged.
+Keys are meant to name one record each (an append table of ids); a key the topic
+holds twice is expected twice (see probe.reconcile.outcome).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from kafka.errors import KafkaError
 from py4j.protocol import Py4JError
@@ -39,12 +50,16 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
     DataType,
+    DateType,
     IntegerType,
     LongType,
     StringType,
     StructField,
     StructType,
+    TimestampNTZType,
+    TimestampType,
 )
 
 from probe.errors import ConfigError, ReconcileFailed
@@ -53,6 +68,7 @@ from probe.reconcile.windows import (
     PartitionLog,
     WindowSpec,
     offset_windows,
+    rows_by_time,
     time_boundaries,
     time_windows,
 )
@@ -79,13 +95,39 @@ PLAN = StructType(
         StructField("window", IntegerType(), False),
     ]
 )
+# Windows of the table's rows placed by time (their extra rows, matched by key).
+TIME_PLAN = StructType(
+    [
+        StructField("span_start", LongType(), True),
+        StructField("span_end", LongType(), False),
+        StructField("window", IntegerType(), False),
+    ]
+)
+# The source's records in the planned windows, as _source gives them.
+SOURCE_RECORDS = StructType(
+    [
+        StructField("kafka_partition", IntegerType(), False),
+        StructField("kafka_offset", LongType(), False),
+        StructField("in_table", BooleanType(), True),
+        StructField("h", LongType(), True),
+        StructField("k", StringType(), True),
+        StructField("window", IntegerType(), False),
+    ]
+)
 SAMPLE_KINDS = ("missing", "mismatched", "extra", "duplicated")
+# Per-record (or per-key) counts, summed per window: what a Tally is made of.
+COUNTS = ("source", "excluded", "sink", "matched", "mismatched", "missing", "extra", "duplicated")
 
 
 @dataclass(frozen=True)
 class ReconcileSettings:
     """What to compare with what. ``checksum_columns`` None: the format's own
-    (canary: its signed fields; raw: ``value``); json needs them named."""
+    (canary: its signed fields; raw: ``value``); json needs them named.
+
+    ``key_column`` set: rows are matched to records by key, not by partition and
+    offset; the record's key is its Kafka key (UTF-8), or with ``source_key`` that
+    field of its JSON value. ``time_column`` (a timestamp, or epoch milliseconds)
+    places rows whose key matches no record, so they count as extra."""
 
     bootstrap_servers: str
     topic: str
@@ -97,6 +139,9 @@ class ReconcileSettings:
     partition_column: str = "kafka_partition"
     offset_column: str = "kafka_offset"
     checksum_columns: tuple[str, ...] | None = None
+    key_column: str | None = None
+    source_key: str | None = None
+    time_column: str | None = None
     sample_size: int = 10
     kafka_options: dict[str, str] = field(default_factory=dict)
     # The canary format verifies records as the sink stage does.
@@ -121,6 +166,10 @@ class ReconcileSettings:
             return ("value",)
         raise ConfigError("reconcile.checksum_columns", "required with format json")
 
+    @property
+    def by_key(self) -> bool:
+        return self.key_column is not None
+
 
 class ReconcileJob:
     """Plans the windows (:meth:`plan`), compares them (:meth:`compare`), or both
@@ -144,6 +193,17 @@ class ReconcileJob:
                 "signing_key_file",
                 "required by format canary: records are verified as the sink stage does",
             )
+        if settings.by_key and settings.record_format is RecordFormat.CANARY:
+            raise ConfigError(
+                "reconcile.key_column", "format canary matches by partition and offset"
+            )
+        if settings.source_key is not None and settings.record_format is not RecordFormat.JSON:
+            raise ConfigError("reconcile.source_key", "a field of a JSON value: format json only")
+        if not settings.by_key and (settings.source_key or settings.time_column):
+            raise ConfigError(
+                "reconcile.key_column",
+                "required by source_key and time_column (they match rows by key)",
+            )
 
     def run(self, run_id: str) -> Reconciliation:
         """Plan and compare. Raises ReconcileFailed when no comparison could be made
@@ -161,7 +221,15 @@ class ReconcileJob:
     # -- driver: the plan -----------------------------------------------------------
 
     def plan(self, now_ms: int) -> list[ReconcileWindow]:
-        """The windows to compare now, from the log's offsets as listed now."""
+        """The windows to compare now, from the log's offsets as listed now; matched
+        by key with a time column, then the windows of rows placed by time."""
+        placed, spans = self._placed(now_ms)
+        if self.settings.time_column is None:
+            return placed
+        return [*placed, *rows_by_time(placed, spans)]
+
+    def _placed(self, now_ms: int) -> tuple[list[ReconcileWindow], list[tuple[int | None, int]]]:
+        """The windows of the records, and the stretches of time they cover."""
         s = self.settings
         offsets = TopicOffsets(s.source_options())
         try:
@@ -182,7 +250,7 @@ class ReconcileJob:
                         boundaries,
                         {moment: at[moment][str(partition.partition)] for moment in boundaries},
                     )
-                ]
+                ], list(pairwise(boundaries))
             assert s.window.offsets is not None
             settled = offsets.at_times(dict.fromkeys(end, now_ms - settle_ms))
             since = (
@@ -192,7 +260,7 @@ class ReconcileJob:
             )
         finally:
             offsets.close()
-        return [
+        windows = [
             window
             for partition in logs
             for window in offset_windows(
@@ -202,6 +270,11 @@ class ReconcileJob:
                 settled=_or(settled[str(partition.partition)], partition.end),
             )
         ]
+        # Offset windows start at or before the lookback and end at the settled
+        # offsets: they cover the records of that stretch of time, taken inward to
+        # whole seconds (a row on the edge is left alone rather than misjudged).
+        since_ms = None if lookback_ms is None else -(-(now_ms - lookback_ms) // 1000) * 1000
+        return windows, [(since_ms, (now_ms - settle_ms) // 1000 * 1000)]
 
     # -- executors: the comparison ----------------------------------------------------
 
@@ -211,14 +284,27 @@ class ReconcileJob:
         planned = [
             (w.partition, w.start, w.end, index)
             for index, w in enumerate(windows)
-            if w.end > w.start
+            if w.partition is not None and w.end > w.start
         ]
-        if not planned:
+        by_time = [
+            (w.start_ms, w.end_ms, index)
+            for index, w in enumerate(windows)
+            if w.partition is None and w.end_ms is not None
+        ]
+        if not planned and not by_time:
             return [WindowResult(w, Tally()) for w in windows]
         plan = F.broadcast(self.spark.createDataFrame(planned, PLAN))
-        sink = self._sink(plan)
-        source = self._source(plan, windows)
-        records = self._records(source, sink).persist(StorageLevel.MEMORY_AND_DISK)
+        source = (
+            self._source(plan, windows)
+            if planned
+            else self.spark.createDataFrame([], SOURCE_RECORDS)
+        )
+        if self.settings.by_key:
+            time_plan = F.broadcast(self.spark.createDataFrame(by_time, TIME_PLAN))
+            records = self._records_by_key(source, time_plan)
+        else:
+            records = self._records(source, self._sink(plan))
+        records = records.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             counts = {row["window"]: row for row in self._counts(records).collect()}
             samples = self._samples(records)
@@ -252,21 +338,30 @@ class ReconcileJob:
         }
         for name, value in options.items():
             reader = reader.option(name, value)
-        raw = reader.load().select("partition", "offset", "value")
+        raw = reader.load()
         if s.record_format is RecordFormat.CANARY:
             assert s.keyring_json is not None
-            decoded = raw.mapInPandas(
+            decoded = raw.select("partition", "offset", "value").mapInPandas(
                 decode_canaries(s.keyring_json, s.max_size, s.probe_id), DECODED_CANARY
             )
             canonical = [F.col(f"`{f.name}`").cast(f.dataType) for f in CANARY_FIELDS.fields]
+            record_key = F.lit(None).cast(StringType())
         else:
             decoded = raw.select(
                 F.col("partition").alias("kafka_partition"),
                 F.col("offset").alias("kafka_offset"),
                 F.lit(True).alias("in_table"),
+                "key",
                 "value",
             )
             canonical = self._source_canonical(F.col("value"))
+            record_key = (
+                F.col("key").cast(StringType())
+                if s.source_key is None
+                else F.get_json_object(
+                    F.col("value").cast(StringType()), f"$['{_json_name(s.source_key)}']"
+                )
+            )
         keyed = decoded.select(
             "kafka_partition",
             "kafka_offset",
@@ -274,6 +369,7 @@ class ReconcileJob:
             # Records the table is not meant to hold have no checksum: they are
             # counted as excluded, and a row at their offset is extra.
             F.when(F.col("in_table"), record_checksum(canonical)).alias("h"),
+            record_key.alias("k"),
         )
         return _in_windows(keyed, plan)
 
@@ -300,29 +396,36 @@ class ReconcileJob:
         schema = self._sink_table().schema
         return {f.name: f.dataType for f in schema.fields}
 
+    def _require(self, table: DataFrame, named: Sequence[str]) -> None:
+        absent = [name for name in named if name not in table.columns]
+        if absent:
+            raise ConfigError(
+                "reconcile.table",
+                f"{self.settings.table} has no column {', '.join(absent)} "
+                f"(it has {', '.join(table.columns)})",
+            )
+
+    def _sink_canonical(self, table: DataFrame) -> list[Column]:
+        """A row's canonical record: the columns the checksum covers, typed as the
+        source's are."""
+        s = self.settings
+        if s.record_format is RecordFormat.CANARY:
+            return [F.col(f"`{f.name}`").cast(f.dataType) for f in CANARY_FIELDS.fields]
+        if s.record_format is RecordFormat.RAW:
+            return [F.col(f"`{s.columns[0]}`").cast(BinaryType())]
+        types = {f.name: f.dataType for f in table.schema.fields}
+        return [F.col(f"`{name}`").cast(types[name]) for name in s.columns]
+
     def _sink(self, plan: DataFrame) -> DataFrame:
         """The table's rows in the planned windows, one per (partition, offset):
         copies, smallest and largest checksum, and the sum of every copy's."""
         s = self.settings
         table = self._sink_table()
-        named = [s.partition_column, s.offset_column, *s.columns]
-        absent = [name for name in named if name not in table.columns]
-        if absent:
-            raise ConfigError(
-                "reconcile.table",
-                f"{s.table} has no column {', '.join(absent)} (it has {', '.join(table.columns)})",
-            )
-        if s.record_format is RecordFormat.CANARY:
-            canonical = [F.col(f"`{f.name}`").cast(f.dataType) for f in CANARY_FIELDS.fields]
-        elif s.record_format is RecordFormat.RAW:
-            canonical = [F.col(f"`{s.columns[0]}`").cast(BinaryType())]
-        else:
-            types = dict((f.name, f.dataType) for f in table.schema.fields)
-            canonical = [F.col(f"`{name}`").cast(types[name]) for name in s.columns]
+        self._require(table, [s.partition_column, s.offset_column, *s.columns])
         rows = table.select(
             F.col(f"`{s.partition_column}`").cast(IntegerType()).alias("kafka_partition"),
             F.col(f"`{s.offset_column}`").cast(LongType()).alias("kafka_offset"),
-            record_checksum(canonical).alias("h"),
+            record_checksum(self._sink_canonical(table)).alias("h"),
         )
         return (
             _in_windows(rows, plan)
@@ -335,6 +438,91 @@ class ReconcileJob:
             )
         )
 
+    def _sink_by_key(self) -> DataFrame:
+        """The table's rows by key: copies, smallest and largest checksum, the sum of
+        every copy's, and the earliest time (null without a time column)."""
+        s = self.settings
+        assert s.key_column is not None
+        table = self._sink_table()
+        self._require(table, [s.key_column, *s.columns, *filter(None, [s.time_column])])
+        types = {f.name: f.dataType for f in table.schema.fields}
+        moment = (
+            _millis(s.time_column, types[s.time_column])
+            if s.time_column is not None
+            else F.lit(None).cast(LongType())
+        )
+        rows = table.select(
+            F.col(f"`{s.key_column}`").cast(StringType()).alias("k"),
+            record_checksum(self._sink_canonical(table)).alias("h"),
+            moment.alias("t_ms"),
+        )
+        return rows.groupBy("k").agg(
+            F.count(F.lit(1)).alias("copies"),
+            F.min("h").alias("h_min"),
+            F.max("h").alias("h_max"),
+            F.sum(unsigned(F.col("h"))).alias("h_sum"),
+            F.min("t_ms").alias("t_ms"),
+        )
+
+    def _records_by_key(self, source: DataFrame, time_plan: DataFrame) -> DataFrame:
+        """One row per key present on either side (and per record the table cannot
+        hold), with what became of it; see probe.reconcile.outcome for the rule."""
+        usable = F.col("h").isNotNull() & F.col("k").isNotNull()
+        excluded = source.filter(~usable).select(
+            "window",
+            F.col("kafka_offset").alias("at"),
+            F.lit(None).cast(StringType()).alias("extra_key"),
+            F.lit(1).alias("excluded"),
+        )
+        records = (
+            source.filter(usable)
+            .groupBy("k")
+            .agg(
+                # A key is in the window of its first record, named by that offset.
+                F.min(F.struct("window", "kafka_offset")).alias("first"),
+                F.count(F.lit(1)).alias("n"),
+                F.min("h").alias("s_min"),
+                F.max("h").alias("s_max"),
+                F.sum(unsigned(F.col("h"))).alias("source_sum"),
+            )
+        )
+        joined = records.join(self._sink_by_key(), "k", "full_outer")
+        placed = joined.filter(F.col("n").isNotNull()).select(
+            "*",
+            F.col("first.window").alias("window"),
+            F.col("first.kafka_offset").alias("at"),
+        )
+        # Rows whose key no compared record holds: extra where their time places
+        # them in a compared stretch; elsewhere they belong to records not compared.
+        extra = (
+            joined.filter(F.col("n").isNull())
+            .join(
+                time_plan,
+                (F.col("span_start").isNull() | (F.col("t_ms") >= F.col("span_start")))
+                & (F.col("t_ms") < F.col("span_end")),
+            )
+            .select(*joined.columns, "window", F.lit(None).cast(LongType()).alias("at"))
+        )
+        n = F.coalesce(F.col("n"), F.lit(0))
+        c = F.coalesce(F.col("copies"), F.lit(0))
+        same = (F.col("h_min") == F.col("s_min")) & (F.col("h_max") == F.col("s_max"))
+        both = (n > 0) & (c > 0)
+        compared = placed.unionByName(extra).select(
+            "window",
+            "at",
+            F.when(n == 0, F.col("k")).alias("extra_key"),
+            n.alias("source"),
+            c.alias("sink"),
+            F.when(both & same, F.least(n, c)).alias("matched"),
+            F.when(both & ~same, F.least(n, c)).alias("mismatched"),
+            F.greatest(n - c, F.lit(0)).alias("missing"),
+            F.when(n == 0, c).alias("extra"),
+            F.when(n > 0, F.greatest(c - n, F.lit(0))).alias("duplicated"),
+            "source_sum",
+            F.col("h_sum").alias("sink_sum"),
+        )
+        return _counted(compared.unionByName(excluded, allowMissingColumns=True))
+
     @staticmethod
     def _records(source: DataFrame, sink: DataFrame) -> DataFrame:
         """One row per offset present on either side, with what became of it."""
@@ -346,56 +534,53 @@ class ReconcileJob:
         in_source = F.col("h").isNotNull()
         in_sink = F.col("copies").isNotNull()
         same = (F.col("h_min") == F.col("h")) & (F.col("h_max") == F.col("h"))
-        return joined.select(
-            F.coalesce("source_window", "sink_window").alias("window"),
-            "kafka_offset",
-            in_source.alias("in_source"),
-            (F.col("in_table") == F.lit(False)).alias("excluded"),
-            F.coalesce(F.col("copies"), F.lit(0)).alias("copies"),
-            (in_source & in_sink & same).alias("matched"),
-            (in_source & in_sink & ~same).alias("mismatched"),
-            (in_source & ~in_sink).alias("missing"),
-            (~in_source & in_sink).alias("extra"),
-            (in_source & (F.col("copies") > 1)).alias("duplicated"),
-            F.when(in_source, unsigned(F.col("h"))).alias("source_sum"),
-            F.col("h_sum").alias("sink_sum"),
+        copies = F.coalesce(F.col("copies"), F.lit(0))
+        return _counted(
+            joined.select(
+                F.coalesce("source_window", "sink_window").alias("window"),
+                F.col("kafka_offset").alias("at"),
+                F.lit(None).cast(StringType()).alias("extra_key"),
+                F.when(in_source, 1).alias("source"),
+                F.when(F.col("in_table") == F.lit(False), 1).alias("excluded"),
+                copies.alias("sink"),
+                F.when(in_source & in_sink & same, 1).alias("matched"),
+                F.when(in_source & in_sink & ~same, 1).alias("mismatched"),
+                F.when(in_source & ~in_sink, 1).alias("missing"),
+                F.when(~in_source & in_sink, copies).alias("extra"),
+                F.when(in_source & (copies > 1), copies - 1).alias("duplicated"),
+                F.when(in_source, unsigned(F.col("h"))).alias("source_sum"),
+                F.col("h_sum").alias("sink_sum"),
+            )
         )
 
     @staticmethod
     def _counts(records: DataFrame) -> DataFrame:
-        def count(flag: str) -> Column:
-            return F.sum(F.col(flag).cast("long"))
-
         return records.groupBy("window").agg(
-            count("in_source").alias("source"),
-            F.sum("copies").alias("sink"),
-            count("matched").alias("matched"),
-            count("mismatched").alias("mismatched"),
-            count("missing").alias("missing"),
-            count("excluded").alias("excluded"),
-            F.sum(F.when(F.col("extra"), F.col("copies"))).alias("extra"),
-            F.sum(F.when(F.col("duplicated"), F.col("copies") - 1)).alias("duplicated"),
-            F.sum("source_sum").alias("source_sum"),
-            F.sum("sink_sum").alias("sink_sum"),
+            *[F.sum(name).alias(name) for name in (*COUNTS, "source_sum", "sink_sum")]
         )
 
-    def _samples(self, records: DataFrame) -> dict[int, dict[str, tuple[int, ...]]]:
-        """Up to ``sample_size`` offsets of each discrepancy per window, lowest first;
-        ranked on the executors, so only the sample comes back."""
+    def _samples(self, records: DataFrame) -> dict[int, dict[str, tuple[object, ...]]]:
+        """Up to ``sample_size`` of each discrepancy per window, lowest offset (or
+        key) first; ranked on the executors, so only the sample comes back."""
         kinds = F.explode(
-            F.array(*[F.when(F.col(kind), F.lit(kind)) for kind in SAMPLE_KINDS])
+            F.array(*[F.when(F.col(kind) > 0, F.lit(kind)) for kind in SAMPLE_KINDS])
         ).alias("kind")
-        flagged = records.filter(" OR ".join(SAMPLE_KINDS)).select("window", "kafka_offset", kinds)
-        rank = F.row_number().over(Window.partitionBy("window", "kind").orderBy("kafka_offset"))
+        flagged = records.filter(" OR ".join(f"{kind} > 0" for kind in SAMPLE_KINDS)).select(
+            "window", "at", "extra_key", kinds
+        )
+        order = (F.col("at").asc_nulls_last(), F.col("extra_key").asc_nulls_last())
+        rank = F.row_number().over(Window.partitionBy("window", "kind").orderBy(*order))
         ranked = flagged.filter(F.col("kind").isNotNull()).withColumn("rank", rank)
-        samples: dict[int, dict[str, tuple[int, ...]]] = {}
+        samples: dict[int, dict[str, tuple[object, ...]]] = {}
         for row in (
             ranked.filter(F.col("rank") <= self.settings.sample_size)
             .groupBy("window", "kind")
-            .agg(F.sort_array(F.collect_list("kafka_offset")).alias("offsets"))
+            .agg(F.collect_list(F.struct("at", "extra_key")).alias("named"))
             .collect()
         ):
-            samples.setdefault(row["window"], {})[row["kind"]] = tuple(row["offsets"])
+            offsets = sorted(at for at, _ in row["named"] if at is not None)
+            keys = sorted(key for at, key in row["named"] if at is None and key is not None)
+            samples.setdefault(row["window"], {})[row["kind"]] = (*offsets, *keys)
         return samples
 
 
@@ -411,6 +596,39 @@ def _in_windows(rows: DataFrame, plan: DataFrame) -> DataFrame:
     return placed.drop("plan_partition", "window_start", "window_end")
 
 
+def _counted(records: DataFrame) -> DataFrame:
+    """Every count as a long, 0 where the record (or key) has none of it."""
+    return records.select(
+        "window",
+        "at",
+        "extra_key",
+        *[F.coalesce(F.col(name), F.lit(0)).cast(LongType()).alias(name) for name in COUNTS],
+        "source_sum",
+        "sink_sum",
+    )
+
+
+def _millis(name: str, dtype: DataType) -> Column:
+    """A time column as epoch milliseconds: timestamps and dates as such, integers
+    as milliseconds already."""
+    column = F.col(f"`{name}`")
+    if isinstance(dtype, IntegerType | LongType):
+        return column.cast(LongType())
+    if isinstance(dtype, TimestampType | TimestampNTZType | DateType):
+        return F.unix_millis(column.cast(TimestampType()))
+    raise ConfigError(
+        "reconcile.time_column",
+        f"{name} is {dtype.simpleString()}: a timestamp, a date or epoch milliseconds",
+    )
+
+
+def _json_name(name: str) -> str:
+    # A field name inside $['...']: a quote or backslash would end or escape it.
+    if "'" in name or "\\" in name:
+        raise ConfigError("reconcile.source_key", f"{name!r}: a field name without ' or \\")
+    return name
+
+
 def _reason(exc: BaseException) -> str:
     """One line saying why a run failed: Spark's and py4j's messages run to pages."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -422,7 +640,7 @@ def _or(offset: int | None, default: int) -> int:
     return default if offset is None else offset
 
 
-def _tally(counts: object, samples: dict[str, tuple[int, ...]]) -> Tally:
+def _tally(counts: object, samples: dict[str, tuple[object, ...]]) -> Tally:
     if counts is None:
         return Tally()
 
@@ -442,9 +660,14 @@ def _tally(counts: object, samples: dict[str, tuple[int, ...]]) -> Tally:
         source_checksum=window_checksum(counts["source_sum"]),  # type: ignore[index]
         sink_checksum=window_checksum(counts["sink_sum"]),  # type: ignore[index]
         samples=Samples(
-            missing=samples.get("missing", ()),
-            mismatched=samples.get("mismatched", ()),
-            extra=samples.get("extra", ()),
-            duplicated=samples.get("duplicated", ()),
+            missing=_offsets(samples.get("missing", ())),
+            mismatched=_offsets(samples.get("mismatched", ())),
+            extra=_offsets(samples.get("extra", ())),
+            duplicated=_offsets(samples.get("duplicated", ())),
+            extra_keys=tuple(str(key) for key in samples.get("extra", ()) if isinstance(key, str)),
         ),
     )
+
+
+def _offsets(sample: tuple[object, ...]) -> tuple[int, ...]:
+    return tuple(item for item in sample if isinstance(item, int))

@@ -68,6 +68,18 @@ def _reconcile(*args: str) -> subprocess.CompletedProcess[str]:
             "reconcile.checksum_columns: format raw compares one column with the record's value",
         ),
         (
+            [*BROKER, "--table", "/t", "--key-column", "id"],
+            "reconcile.key_column: format canary matches by partition and offset",
+        ),
+        (
+            [*BROKER, "--table", "/t", "--format", "raw", "--time-column", "ts"],
+            "reconcile.time_column: needs key_column (it matches rows by key)",
+        ),
+        (
+            [*BROKER, "--table", "/t", "--format", "raw", "--key-column", "k", "--source-key", "k"],
+            "reconcile.source_key: a field of a JSON value: format json only",
+        ),
+        (
             [*BROKER, "--table", "/t", "--format", "xml"],
             "reconcile.format: Input should be 'canary', 'raw' or 'json'",
         ),

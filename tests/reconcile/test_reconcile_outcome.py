@@ -125,6 +125,21 @@ def test_the_table_names_partition_window_and_missing_offsets() -> None:
     )
 
 
+def test_a_table_matched_by_key_names_its_extra_rows_by_key() -> None:
+    rows = WindowResult(
+        Window(None, 0, 0, 0, 300_000),
+        Tally(sink=2, extra=2, samples=Samples(extra_keys=("order-17", "order-9"))),
+    )
+    text = render_table(_run(rows))
+    line = text.splitlines()[2].split()
+    assert (line[0], line[1], line[2], line[-1]) == ("-", "00:00:00-00:05:00", "-", "MISMATCH")
+    assert "table rows by time 00:00:00-00:05:00: 2 extra: keys order-17, order-9" in text
+    report = as_json(_run(rows))
+    assert report["windows"][0]["partition"] is None
+    assert report["windows"][0]["samples"]["extra_keys"] == ["order-17", "order-9"]
+    assert report["records"]["extra"] == 2
+
+
 def test_a_sample_shorter_than_its_count_says_so() -> None:
     tally = Tally(source=50, sink=0, missing=50, samples=Samples(missing=(0, 1, 2)))
     text = render_table(_run(WindowResult(Window(3, 0, 50), tally)))

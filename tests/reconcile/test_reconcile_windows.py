@@ -12,6 +12,7 @@ from probe.reconcile.windows import (
     Window,
     WindowSpec,
     offset_windows,
+    rows_by_time,
     time_boundaries,
     time_windows,
 )
@@ -97,6 +98,28 @@ def test_a_time_window_that_may_have_lost_records_is_unverifiable() -> None:
         (40, 60, False),
         (60, 90, True),  # record 59 is older than 10' and still here: nothing lost after
     ]
+
+
+def test_rows_by_time_are_unverifiable_where_an_overlapping_window_is() -> None:
+    # A table matched by key: its extra rows are placed by time. A row of a record
+    # deleted from the topic would look extra, so a span overlapping a window that
+    # may have lost records is not judged.
+    placed = [
+        Window(0, 40, 40, 0, 5 * MINUTE, verifiable=False),
+        Window(0, 40, 60, 5 * MINUTE, 10 * MINUTE),
+        Window(1, 0, 9, 5 * MINUTE, 10 * MINUTE),
+    ]
+    spans = [(0, 5 * MINUTE), (5 * MINUTE, 10 * MINUTE)]
+    by_time = rows_by_time(placed, spans)
+    assert [(w.partition, w.start_ms, w.end_ms, w.verifiable) for w in by_time] == [
+        (None, 0, 5 * MINUTE, False),
+        (None, 5 * MINUTE, 10 * MINUTE, True),
+    ]
+    # Offset windows have no time: each overlaps the one span (from the start here).
+    offsets = [Window(0, 0, 100), Window(1, 0, 100, verifiable=False)]
+    (span,) = rows_by_time(offsets, [(None, 10 * MINUTE)])
+    assert (span.verifiable, span.label) == (False, "before 00:10:00")
+    assert rows_by_time(offsets[:1], [(None, 10 * MINUTE)])[0].verifiable
 
 
 @pytest.mark.parametrize(

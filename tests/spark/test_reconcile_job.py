@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -223,6 +224,93 @@ async def test_time_windows_place_records_by_their_first_offset_at_each_boundary
     assert broken.window.start <= 2 < broken.window.end
     # Every second of the last minute, on both partitions.
     assert len(run.windows) in (2 * 59, 2 * 60)
+
+
+ORDERS = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("item", pa.string()),
+        ("qty", pa.int32()),
+        ("written_at", pa.timestamp("ms", tz="UTC")),
+    ]
+)
+
+
+async def test_a_table_matched_by_key_names_each_discrepancy(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """A table with no Kafka columns: rows matched to records by the value's id,
+    rows no record holds counted extra where the time column places them."""
+    await _create(broker, topic, 2)
+    from confluent_kafka import Producer  # noqa: PLC0415
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    orders = [{"id": i, "item": f"item-{i}", "qty": i % 3} for i in range(8)]
+    for order in orders:  # even ids to partition 0, odd to 1: offset = id // 2
+        producer.produce(topic, json.dumps(order).encode(), partition=order["id"] % 2)
+        # One record per batch: the embedded broker times a batch's later records
+        # wrongly for offsets_for_times, which would cut the settled windows short.
+        assert producer.flush(10) == 0
+    written = datetime.now(UTC)
+    rows: list[Row] = [{**o, "written_at": written} for o in orders]
+    rows[4] = {**rows[4], "qty": 9}  # altered
+    del rows[3]  # lost: id 3, partition 1, offset 1
+    rows.append(rows[0])  # written twice: id 0
+    rows.append({"id": 99, "item": "stray", "qty": 1, "written_at": written})  # extra
+    # An old row of a record long gone: out of the compared time, not judged.
+    long_ago = datetime(2020, 1, 1, tzinfo=UTC)
+    rows.append({"id": 500, "item": "old", "qty": 1, "written_at": long_ago})
+    table = _table(tmp_path / "orders", rows, ORDERS)
+    run = _job(
+        spark,
+        broker,
+        topic,
+        table,
+        record_format=RecordFormat.JSON,
+        checksum_columns=("id", "item", "qty"),
+        key_column="id",
+        source_key="id",
+        time_column="written_at",
+        lookback_s=600.0,
+    ).run("by-key")
+    assert run.exit_code == 1
+    p0, p1, by_time = run.windows
+    assert (p0.window.partition, p1.window.partition, by_time.window.partition) == (0, 1, None)
+    # id 0 twice (offset 0), id 4 altered (offset 2).
+    assert (p0.tally.source, p0.tally.sink, p0.tally.matched) == (4, 5, 3)
+    assert (p0.tally.duplicated, p0.tally.samples.duplicated) == (1, (0,))
+    assert (p0.tally.mismatched, p0.tally.samples.mismatched) == (1, (2,))
+    # id 3 lost: named by its offset on partition 1.
+    assert (p1.tally.missing, p1.tally.samples.missing, p1.tally.matched) == (1, (1,), 3)
+    assert (by_time.tally.extra, by_time.tally.samples.extra_keys) == (1, ("99",))
+    assert by_time.tally.sink == 1  # not the 2020 row
+    assert run.records()["matched"] == 6
+
+
+async def test_a_table_matched_by_the_record_key_without_a_time_column(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    await _create(broker, topic, 1)
+    from confluent_kafka import Producer  # noqa: PLC0415
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for i in range(5):
+        producer.produce(topic, f"v{i}".encode(), key=f"k{i}".encode(), partition=0)
+        assert producer.flush(10) == 0  # one record per batch, as above
+    producer.produce(topic, b"no key", partition=0)  # offset 5: no row can match it
+    assert producer.flush(10) == 0
+    schema = pa.schema([("order_key", pa.string()), ("payload", pa.binary())])
+    rows: list[Row] = [{"order_key": f"k{i}", "payload": f"v{i}".encode()} for i in (0, 1, 3, 4)]
+    rows.append({"order_key": "stray", "payload": b"?"})  # no time column: not judged
+    table = _table(tmp_path / "t", rows, schema)
+    run = _job(
+        spark, broker, topic, table, checksum_columns=("payload",), key_column="order_key"
+    ).run("record-key")
+    (window,) = run.windows
+    assert (window.tally.source, window.tally.excluded, window.tally.sink) == (5, 1, 4)
+    assert (window.tally.missing, window.tally.samples.missing) == (1, (2,))
+    assert (window.tally.matched, window.tally.extra) == (4, 0)
+    assert window.tally.source_checksum != window.tally.sink_checksum
 
 
 def test_a_table_without_the_named_columns_is_a_config_error(
