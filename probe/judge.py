@@ -62,6 +62,11 @@ Anomalies -- reported beside the fates, never instead of a first fate
     A verified canary read where it was not written: another partition than its own,
     or a stream the stage does not track. Decided by the stages (only they know where
     a record was read); the judge never sees it.
+``future_dated``
+    The canary's produce time is more than ``clock_tolerance_ns`` after the time it
+    arrived: the producer's clock is ahead of this stage's. It gets its fate at
+    latency 0, and the anomaly (with the lead) comes after it. A producer clock
+    *behind* cannot be told from a slow pipeline one way: it reads as latency.
 
 Gaps
 ----
@@ -155,6 +160,11 @@ class AnomalyKind(StrEnum):
     FOREIGN = "foreign"
     SEQUENCE_JUMP = "sequence_jump"
     MISROUTED = "misrouted"
+    # Produced, by its own signed stamp, later than this stage's clock says it arrived
+    # (beyond JudgePolicy.clock_tolerance_ns): the producer's clock runs ahead of the
+    # stage's. Its latency reads as 0 and every latency and staleness of the stage is
+    # understated by the lead, so the stage says so instead of looking fast.
+    FUTURE_DATED = "future_dated"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -193,11 +203,13 @@ class Fate:
 
 @dataclass(frozen=True, slots=True)
 class Anomaly:
-    """An observation about a canary that is not its fate."""
+    """An observation about a canary that is not its fate. ``lead_ns``, for
+    ``future_dated`` only: how far the produce time was ahead of the arrival."""
 
     key: StreamKey
     seq: int
     kind: AnomalyKind
+    lead_ns: int | None = None
 
 
 Finding = Fate | Anomaly
@@ -214,6 +226,10 @@ class JudgePolicy:
     freshness_ns: int
     loss_timeout_ns: int
     memory: int = 4096
+    # A canary produced more than this after its arrival, by the two clocks, is
+    # future_dated. Clocks NTP keeps agree within milliseconds; a second is far above
+    # that and the sink's planning time, and far below any freshness objective.
+    clock_tolerance_ns: int = 1_000_000_000
 
     def __post_init__(self) -> None:
         if self.freshness_ns <= 0:
@@ -225,6 +241,8 @@ class JudgePolicy:
             )
         if self.memory < 1:
             raise ValueError(f"memory must be >= 1, got {self.memory}")
+        if self.clock_tolerance_ns < 0:
+            raise ValueError(f"clock_tolerance_ns must be >= 0, got {self.clock_tolerance_ns}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,9 +350,14 @@ class StreamState:
         self.jumped = None
 
         self.pending.pop(ident, None)
-        latency_ns = max(0, now_ns - canary.produced_ns)
+        # A canary from the future still arrived (its fate stands, at latency 0), but
+        # the clocks disagree, and that is said beside it.
+        lead_ns = canary.produced_ns - now_ns
+        latency_ns = max(0, -lead_ns)
         outcome = arrival_outcome(latency_ns, policy.freshness_ns)
         findings: list[Finding] = [Fate(key, seq, outcome, latency_ns)]
+        if lead_ns > policy.clock_tolerance_ns:
+            findings.append(Anomaly(key, seq, AnomalyKind.FUTURE_DATED, lead_ns))
         if current:
             if self.high_arrived is not None and seq < self.high_arrived:
                 findings.append(Anomaly(key, seq, AnomalyKind.OUT_OF_ORDER))

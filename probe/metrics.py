@@ -541,6 +541,21 @@ class ProbeMetrics:
             ["target", "stage"],
             registry=registry,
         )
+        self.future_dated = Counter(
+            "synthetic_sla_future_dated",
+            "Canaries produced, by their signed stamp, more than 1 s after this stage's "
+            "clock saw them arrive: the producer's clock is ahead of the stage's, and "
+            "the stage's latencies and staleness read low by as much.",
+            ["target", "stage"],
+            registry=registry,
+        )
+        self.clock_lead = Gauge(
+            "synthetic_sla_clock_lead_seconds",
+            "How far ahead of this stage's clock the latest future-dated canary was "
+            "produced (0 until one arrives): about how far the producer's clock is ahead.",
+            ["target", "stage"],
+            registry=registry,
+        )
         self.invalid = Counter(
             "synthetic_sla_invalid",
             "Records on the canary topic that are not valid canaries, by reason.",
@@ -683,6 +698,7 @@ class ProbeMetrics:
         self.trace_header_mismatch_counter.labels(target, stage)
         for kind in AnomalyKind:
             self._anomaly_counter(kind).labels(target, stage)
+        self.clock_lead.labels(target, stage)
         for reason in RejectReason:
             self.invalid.labels(target, stage, reason.value)
         if isinstance(judge, Judge):
@@ -714,6 +730,8 @@ class ProbeMetrics:
                         )
             elif isinstance(finding, Anomaly):
                 self._anomaly_counter(finding.kind).labels(target, stage).inc()
+                if finding.lead_ns is not None:
+                    self.clock_lead.labels(target, stage).set(finding.lead_ns / 1e9)
 
     def _fate_child(self, metric: _Fated, *labels: str) -> _Fated:
         """``metric.labels(*labels)``, looked up once: every canary's fate counts on
@@ -785,6 +803,7 @@ class ProbeMetrics:
             AnomalyKind.FOREIGN: self.foreign,
             AnomalyKind.SEQUENCE_JUMP: self.sequence_jumps,
             AnomalyKind.MISROUTED: self.misrouted,
+            AnomalyKind.FUTURE_DATED: self.future_dated,
         }[kind]
 
 

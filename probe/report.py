@@ -64,6 +64,7 @@ class StageTally:
             "foreign": self.anomalies[AnomalyKind.FOREIGN],
             "sequence_jump": self.anomalies[AnomalyKind.SEQUENCE_JUMP],
             "misrouted": self.anomalies[AnomalyKind.MISROUTED],
+            "future_dated": self.anomalies[AnomalyKind.FUTURE_DATED],
             "ok": self.ok,
         }
 
@@ -152,9 +153,17 @@ class Tally:
             )
             for row in rows
         ]
+        # Anomalies without a column fail the stage too: say which, so a FAIL is never
+        # without its reason.
+        unlisted = [
+            f"{name}: {t.anomalies[kind]} {kind.value}{_MEANING.get(kind, '')}"
+            for name, t in sorted(self.stages.items())
+            for kind in _UNLISTED
+            if t.anomalies[kind]
+        ]
         problem = [f"error: {self.error}"] if self.error is not None else []
         closing = [f"result: {'PASS' if self.ok else 'FAIL'}"] if verdict else []
-        return "\n".join([f"target {self.target}", *lines, *problem, *closing])
+        return "\n".join([f"target {self.target}", *lines, *unlisted, *problem, *closing])
 
 
 @dataclass
@@ -184,6 +193,18 @@ class Report:
             return self.tallies[0].to_table()
         tables = [tally.to_table(verdict=False) for tally in self.tallies]
         return "\n\n".join(tables) + f"\nresult: {'PASS' if self.ok else 'FAIL'}"
+
+
+# Anomalies that fail a stage but have no column of the table.
+_UNLISTED = (
+    AnomalyKind.RESURRECTED,
+    AnomalyKind.SEQUENCE_JUMP,
+    AnomalyKind.MISROUTED,
+    AnomalyKind.FUTURE_DATED,
+)
+_MEANING = {
+    AnomalyKind.FUTURE_DATED: " (produced after they arrived: the producer's clock is ahead)",
+}
 
 
 def _ms(value: object) -> str:

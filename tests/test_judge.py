@@ -702,3 +702,29 @@ def test_a_canary_given_up_on_but_written_later_is_resurrected_not_a_duplicate(
     assert run(judge, [tick(FAR)]) == []
     # The same record read twice is still a duplicate.
     assert run(judge, [Ev("arrive", 1, 240, produced=200)]) == [("duplicate", 1)]
+
+
+def test_a_canary_from_the_future_arrives_at_latency_zero_and_says_how_far_ahead() -> None:
+    # Clocks in seconds here: the tolerance is a real second.
+    second = 1_000_000_000
+    policy = JudgePolicy(freshness_ns=5 * second, loss_timeout_ns=60 * second)
+    judge = Judge(policy, own=OWN)
+    ahead = Canary(PROBE, INC, TARGET, 0, 0, produced_ns=130 * second)
+    assert judge.on_arrived(ahead, now_ns=100 * second) == [
+        Fate(KEY0, 0, Outcome.DELIVERED, 0),
+        Anomaly(KEY0, 0, AnomalyKind.FUTURE_DATED, 30 * second),
+    ]
+    # Within the tolerance (a clock NTP keeps, a batch planned after its records): the
+    # fate alone. A second exactly is still within it.
+    near = Canary(PROBE, INC, TARGET, 0, 1, produced_ns=101 * second)
+    assert judge.on_arrived(near, now_ns=100 * second) == [Fate(KEY0, 1, Outcome.DELIVERED, 0)]
+    # Behind is latency, as far as one clock can tell.
+    behind = Canary(PROBE, INC, TARGET, 0, 2, produced_ns=90 * second)
+    assert judge.on_arrived(behind, now_ns=100 * second) == [
+        Fate(KEY0, 2, Outcome.LATE, 10 * second)
+    ]
+
+
+def test_the_clock_tolerance_cannot_be_negative() -> None:
+    with pytest.raises(ValueError, match="clock_tolerance_ns"):
+        JudgePolicy(freshness_ns=50, loss_timeout_ns=200, clock_tolerance_ns=-1)

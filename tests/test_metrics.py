@@ -123,6 +123,20 @@ def test_findings_move_the_counters() -> None:
     assert sample(samples, "synthetic_sla_e2e_latency_seconds_sum") == 0.1
 
 
+def test_a_future_dated_canary_is_counted_with_the_clocks_lead() -> None:
+    registry, metrics, judge = _stage(Clock())
+    samples = _samples(registry)
+    assert sample(samples, "synthetic_sla_future_dated_total") == 0
+    assert sample(samples, "synthetic_sla_clock_lead_seconds") == 0
+    canary = Canary("p1", 1, "kafka", 0, 0, produced_ns=32 * SECOND)
+    metrics.count("kafka", "consumer", judge.on_arrived(canary, 2 * SECOND))
+    samples = _samples(registry)
+    assert sample(samples, "synthetic_sla_future_dated_total") == 1
+    assert sample(samples, "synthetic_sla_clock_lead_seconds") == 30.0
+    assert sample(samples, "synthetic_sla_canaries_total", outcome="delivered") == 1
+    assert sample(samples, "synthetic_sla_e2e_latency_seconds_sum") == 0.0
+
+
 def test_staleness_rises_at_scrape_time_while_silent() -> None:
     clock = Clock()
     registry, _, judge = _stage(clock)

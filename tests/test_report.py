@@ -43,6 +43,7 @@ def test_all_delivered_is_ok() -> None:
         Anomaly(KEY, 0, AnomalyKind.DUPLICATE),
         Anomaly(KEY, 0, AnomalyKind.OUT_OF_ORDER),
         Anomaly(KEY, 0, AnomalyKind.RESURRECTED),
+        Anomaly(KEY, 0, AnomalyKind.FUTURE_DATED, 30_000_000_000),
     ],
 )
 def test_anything_but_delivered_fails(spoiler: Fate | Anomaly) -> None:
@@ -50,6 +51,17 @@ def test_anything_but_delivered_fails(spoiler: Fate | Anomaly) -> None:
     tally.count("kafka", "consumer", [_delivered(0, 3.0), spoiler])
     assert not tally.ok
     assert "FAIL" in tally.to_table()
+
+
+def test_a_stage_failed_by_an_anomaly_without_a_column_says_which() -> None:
+    tally = Tally("kafka")
+    ahead = Anomaly(KEY, 0, AnomalyKind.FUTURE_DATED, 30_000_000_000)
+    tally.count("kafka", "sink", [_delivered(0, 0.0), ahead, ahead])
+    table = tally.to_table()
+    assert "sink: 2 future_dated (produced after they arrived: the producer's clock is ahead)" in (
+        table
+    )
+    assert json.loads(tally.to_json())["stages"]["sink"]["future_dated"] == 2
 
 
 def test_invalid_records_fail_but_foreign_do_not() -> None:

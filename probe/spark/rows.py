@@ -292,7 +292,11 @@ def finding_of(row: Any, target: str) -> Finding | None:
         return None
     key = StreamKey(str(row.probe_id), str(row.target), int(row.partition))
     if row.kind == "anomaly":
-        return Anomaly(key, int(row.seq), AnomalyKind(row.outcome))
+        kind = AnomalyKind(row.outcome)
+        lead_ns = None
+        if kind is AnomalyKind.FUTURE_DATED:  # judged before it was produced, by the stamps
+            lead_ns = int(row.produced_ns) - int(row.judged_ns)
+        return Anomaly(key, int(row.seq), kind, lead_ns)
     outcome = Outcome(row.outcome)
     latency = None if pd.isna(row.latency_ns) else int(row.latency_ns)
     trace_context = None if pd.isna(row.trace_context) else str(row.trace_context)

@@ -332,8 +332,10 @@ def test_judged_rows_stand_for_the_findings_they_were_built_from() -> None:
         Fate(key, 7, Outcome.DELIVERED, 3 * 10**9, trace_context=TRACEPARENT),
         Fate(key, 8, Outcome.LOST, None),
         Anomaly(key, 7, AnomalyKind.DUPLICATE),
+        # Judged at 99 s, produced at 129 s by the producer's clock: 30 s ahead.
+        Anomaly(key, 9, AnomalyKind.FUTURE_DATED, 30 * 10**9),
     ]
-    produced = [97 * 10**9, None, None]
+    produced = [97 * 10**9, None, None, 129 * 10**9]
     rows = pd.DataFrame(
         [
             finding_row(f, 1, 99 * 10**9, arrival, ns)

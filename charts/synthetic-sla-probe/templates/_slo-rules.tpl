@@ -318,6 +318,28 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
           runbook_url: {{ printf "%s#syntheticslainvalidcanaries" $runbook }}
       {{- end }}
       {{- end }}
+      {{- with $alerts.clockSkew }}
+      {{- if .enabled }}
+      # A stage in another process than the producer (the Spark sink under spark-submit,
+      # on other hosts) times canaries by its own clock. A producer clock ahead makes
+      # canaries arrive before they were produced: latency reads 0 and staleness low,
+      # a slow pipeline looks fast. Future-dated canaries in every window for `for` are
+      # a clock that stays ahead; one clock step (an NTP correction) dates one round's
+      # canaries and is over before `for`.
+      - alert: SyntheticSlaClockSkew
+        expr: sum by (target, stage) (increase(synthetic_sla_future_dated_total[{{ .window }}])) > 0
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}/{{ $labels.stage }}: canaries arrive before they were produced, for %s: the producer's clock is ahead" .for | quote }}
+          description: {{ printf "Stage {{ $labels.stage }} of target {{ $labels.target }} has seen canaries whose signed produce time is more than 1 s after their arrival by its own clock, in every %s for %s: the producing probe's clock is ahead of this stage's (synthetic_sla_clock_lead_seconds says by about how much). This stage's latencies read 0 and its staleness low by the lead: its latency and silent-partition alerts cannot see slowness that size. A producer clock behind reads as latency instead." .window .for | quote }}
+          runbook_url: {{ printf "%s#syntheticslaclockskew" $runbook }}
+      {{- end }}
+      {{- end }}
       {{- with $alerts.duplicatesOrReordering }}
       {{- if .enabled }}
       {{- $window := .window }}
