@@ -7,10 +7,11 @@ VENV := .venv
 UV := $(PYTHON) -m uv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the tests run for real: promtool and Prometheus, Mosquitto and its
-# own client (an MQTT client independent of the probe's, for hostile records), and
-# Alertmanager (the documented inhibition of the SLO alerts).
+# own client (an MQTT client independent of the probe's, for hostile records),
+# Alertmanager (the documented inhibition of the SLO alerts), and libfaketime (a
+# producing probe whose clock runs ahead, in the producer-clock-skew game day).
 DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mosquitto_pub \
-  prometheus-alertmanager:prometheus-alertmanager
+  prometheus-alertmanager:prometheus-alertmanager faketime:faketime
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test setup system-deps python-deps demo-deps uv lint bench lock rules gameday \

@@ -9,6 +9,10 @@ goes through the proxy, where the network faults act. The probe is the real
 and the scenario's live configuration; Prometheus scrapes it and evaluates the
 shipped rules file at the scenario's scrape interval.
 
+With ``sink_process: own`` the sink stage runs as ``sla-probe sink`` in its own
+process beside the probe (as the chart deploys it), with its own metrics port, and
+Prometheus scrapes both.
+
 ``start`` returns once canaries flow and Prometheus has scraped the probe: whatever
 happened while the topic was being created is already in the counters before the
 first scrape, so it is never in a rate (as in tests/test_prometheus_e2e.py).
@@ -16,6 +20,7 @@ first scrape, so it is never in a rate (as in tests/test_prometheus_e2e.py).
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -89,25 +94,32 @@ class ProxiedBroker(EmbeddedBroker):
 
 
 class ProbeProcess:
-    """`sla-probe run --config FILE`, stoppable (SIGTERM) and startable again."""
+    """`sla-probe run --config FILE` (or another service command: `sink`), stoppable
+    (SIGTERM) and startable again; ``environment`` is added to its own at each start."""
 
-    def __init__(self, config_file: Path, metrics_port: int, log_file: Path) -> None:
+    def __init__(
+        self, config_file: Path, metrics_port: int, log_file: Path, command: str = "run"
+    ) -> None:
         self.config_file = config_file
         self.metrics_port = metrics_port
         self.log_file = log_file
+        self.command = command
+        self.environment: dict[str, str] = {}
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with self.log_file.open("ab") as log:
             self._process = subprocess.Popen(
-                [*sla_probe_command(), "run", "--config", str(self.config_file)],
+                [*sla_probe_command(), self.command, "--config", str(self.config_file)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.environment},
             )
-        _wait(lambda: self._exited() or self._healthy(), 30, "the probe's /healthz")
+        what = f"/healthz of sla-probe {self.command}"
+        _wait(lambda: self._exited() or self._healthy(), 30, what)
         if self._exited():
-            raise LocalEnvironmentError(f"the probe exited: {self._log_tail()}")
+            raise LocalEnvironmentError(f"sla-probe {self.command} exited: {self._log_tail()}")
 
     def stop(self) -> None:
         process, self._process = self._process, None
@@ -178,12 +190,18 @@ class LocalEnvironment(Started):
         self.probe = ProbeProcess(
             workdir / "probe.yaml", free_loopback_port(), workdir / "probe.log"
         )
+        self.sink = (
+            ProbeProcess(workdir / "sink.yaml", free_loopback_port(), workdir / "sink.log", "sink")
+            if scenario.sink_process == "own"
+            else None
+        )
         self.rules_file = scenario.prometheus.rules_file or SHIPPED_RULES
         self.prometheus = LocalPrometheus(
             workdir,
             probe_port=self.probe.metrics_port,
             rules_file=self.rules_file,
             interval=scenario.prometheus.scrape_interval,
+            other_ports=() if self.sink is None else (self.sink.metrics_port,),
         )
         self.targets = LocalTargets(
             broker=self.broker,
@@ -193,6 +211,7 @@ class LocalEnvironment(Started):
             partitions=self.config.kafka.partitions or 3,
             key_file=self.key_file,
             probe_id=PROBE_ID,
+            sink=self.sink,
         )
 
     @property
@@ -220,15 +239,24 @@ class LocalEnvironment(Started):
         if StageName.SINK in self.config.stages:
             # Tables, checkpoint and Spark's own log (spark.log) beside the run's logs.
             tree["sink"] = {"path": str(self.workdir / "sink"), **tree.get("sink", {})}
+        if self.sink is not None:
+            # The sink judges the probe's canaries from its own process: the same
+            # topic and key file, its own metrics port; the probe runs the other stages.
+            sink_tree = {**tree, "metrics": {**tree["metrics"], "port": self.sink.metrics_port}}
+            self.sink.config_file.write_text(yaml.safe_dump(sink_tree))
+            tree["stages"] = [str(s) for s in self.config.stages if str(s) != StageName.SINK.value]
         self.probe.config_file.write_text(yaml.safe_dump(tree))
         self.probe.start()
+        if self.sink is not None:
+            self.sink.start()
         partitions = self.targets.partitions
         # With the sink stage, the probe produces once Spark is up and warmed (its
         # first batch and Python workers: minutes on a busy 2-core machine), and the
         # sink's first canaries are counted too before the first scrape.
         sink = StageName.SINK in self.config.stages
+        counter = self.sink or self.probe
         _wait(
-            lambda: self.probe.canaries("delivered", "sink" if sink else None) >= 2 * partitions,
+            lambda: counter.canaries("delivered", "sink" if sink else None) >= 2 * partitions,
             300 if sink else 60,
             "canaries delivered before Prometheus starts",
         )
@@ -240,7 +268,9 @@ class LocalEnvironment(Started):
         )
 
     def stop(self) -> None:
-        for stop in (self.prometheus.stop, self.probe.stop, self.proxy.stop, self.broker.stop):
+        sink_stop = [] if self.sink is None else [self.sink.stop]
+        stops = [self.prometheus.stop, self.probe.stop, *sink_stop, self.proxy.stop]
+        for stop in [*stops, self.broker.stop]:
             try:
                 stop()
             except Exception:  # stopping the rest matters more than one failure

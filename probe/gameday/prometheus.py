@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -153,7 +154,8 @@ class AlertmanagerApi(_HttpApi):
 
 
 class LocalPrometheus(LoopbackServer):
-    """A real Prometheus scraping one probe on loopback, with a rules file loaded.
+    """A real Prometheus scraping the probe (and its sink process) on loopback, with a
+    rules file loaded.
 
     >>> with LocalPrometheus(workdir, probe_port=9464, rules_file=rules) as prometheus:
     ...     prometheus.api.active_alerts()
@@ -164,11 +166,19 @@ class LocalPrometheus(LoopbackServer):
     start_timeout = 30.0
 
     def __init__(
-        self, workdir: Path, *, probe_port: int, rules_file: Path, interval: float
+        self,
+        workdir: Path,
+        *,
+        probe_port: int,
+        rules_file: Path,
+        interval: float,
+        other_ports: Sequence[int] = (),
     ) -> None:
         super().__init__(log_file=workdir / "prometheus.log")
         self.workdir = workdir
         self.probe_port = probe_port
+        # More processes of the probe's job (a sink in its own process).
+        self.other_ports = tuple(other_ports)
         self.rules_file = rules_file
         self.interval = interval
         self.api = PrometheusApi(f"http://127.0.0.1:{self.port}")
@@ -188,7 +198,13 @@ class LocalPrometheus(LoopbackServer):
             "scrape_configs": [
                 {
                     "job_name": PROBE_JOB,
-                    "static_configs": [{"targets": [f"127.0.0.1:{self.probe_port}"]}],
+                    "static_configs": [
+                        {
+                            "targets": [
+                                f"127.0.0.1:{port}" for port in (self.probe_port, *self.other_ports)
+                            ]
+                        }
+                    ],
                 }
             ],
         }

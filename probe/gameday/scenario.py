@@ -33,9 +33,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from probe.config import Duration, ProbeConfig, StageName
+from probe.config import Duration, ProbeConfig, StageName, parse_duration
 from probe.config import read_yaml as read_yaml_file
 from probe.errors import ConfigError
 
@@ -55,6 +63,15 @@ LIVE_PROBE: dict[str, Any] = {
     "judge": {"freshness": "1s", "loss_timeout": "3s"},
     "metrics": {"host": "127.0.0.1"},
 }
+
+
+def _signed_duration(value: object) -> float:
+    if isinstance(value, str) and value.strip().startswith("-"):
+        return -parse_duration(value.strip()[1:])
+    return parse_duration(value)
+
+
+SignedDuration = Annotated[float, BeforeValidator(_signed_duration)]
 
 
 class _Section(BaseModel):
@@ -187,6 +204,23 @@ class SinkStall(_Section):
     kind: Literal["sink-stall"]
 
 
+class ProducerClockSkew(_Section):
+    """The producing probe's clock runs ``offset`` ahead of the sink's (negative:
+    behind): at inject the probe restarts with its clock shifted (libfaketime), at heal
+    it restarts on the true clock. Skew is between processes: the sink must run in its
+    own (``sink_process: own``), as the chart deploys it."""
+
+    kind: Literal["producer-clock-skew"]
+    offset: SignedDuration = 30.0  # `30s`, `-1m`; negative: behind
+
+    @field_validator("offset")
+    @classmethod
+    def _not_zero(cls, offset: float) -> float:
+        if offset == 0:
+            raise ValueError("must not be 0 (how far the producer's clock is off)")
+        return offset
+
+
 class ShellHooks(_Section):
     """Staging: the fault is whatever `staging.inject` and `staging.heal` do."""
 
@@ -203,6 +237,7 @@ Fault = Annotated[
     | ReplayedCanaries
     | ProbeRestart
     | SinkStall
+    | ProducerClockSkew
     | ShellHooks,
     Field(discriminator="kind"),
 ]
@@ -283,6 +318,9 @@ class Scenario(_Section):
     staging: Staging | None = None
     # Slow scenarios run in `make gameday`, not in the tests.
     slow: bool = False
+    # Local runs with the sink stage: inside `sla-probe run` (probe), or as its own
+    # `sla-probe sink` process beside it (own), as the chart deploys it.
+    sink_process: Literal["probe", "own"] = "probe"
 
     @model_validator(mode="after")
     def _mode_fits(self) -> Scenario:
@@ -374,6 +412,15 @@ def load_scenario(path: Path) -> Scenario:
     config = scenario.probe_config()
     if scenario.fault.kind == "sink-stall" and StageName.SINK not in config.stages:
         raise ConfigError("probe.stages", "fault kind sink-stall needs the sink stage")
+    if scenario.fault.kind == "sink-stall" and scenario.sink_process != "probe":
+        raise ConfigError("sink_process", "fault kind sink-stall holds the sink in the probe")
+    if scenario.sink_process == "own" and StageName.SINK not in config.stages:
+        raise ConfigError("probe.stages", "sink_process: own needs the sink stage")
+    if scenario.fault.kind == "producer-clock-skew" and scenario.sink_process != "own":
+        raise ConfigError(
+            "sink_process",
+            "fault kind producer-clock-skew needs `own`: one process has one clock",
+        )
     if scenario.mode == "local" and scenario.prometheus.rules_file is not None:
         rules = scenario.prometheus.rules_file
         if not rules.is_absolute():

@@ -3,8 +3,12 @@ after heal, and the records it writes are what it promises."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +21,7 @@ from probe.embedded import EmbeddedBroker
 from probe.errors import CanaryRejected, RejectReason
 from probe.gameday.faults import FAULTS, build_fault
 from probe.gameday.faults.base import LocalTargets
+from probe.gameday.faults.clock_skew import shifted_clock_environment
 from probe.gameday.faults.hostile import tamper
 from probe.gameday.faults.proxy import TcpProxy
 from probe.gameday.faults.topic import read_latest, write_records
@@ -26,6 +31,7 @@ from probe.gameday.scenario import (
     Fault,
     HostileRecords,
     ProbeRestart,
+    ProducerClockSkew,
     ReplayedCanaries,
     SinkStall,
 )
@@ -39,12 +45,13 @@ class _Process:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.environment: dict[str, str] = {}
 
     def stop(self) -> None:
         self.calls.append("stop")
 
     def start(self) -> None:
-        self.calls.append("start")
+        self.calls.append(f"start {self.environment.get('FAKETIME', '')}".strip())
 
     def send_signal(self, signal_number: int) -> None:
         self.calls.append(signal.Signals(signal_number).name)
@@ -159,6 +166,34 @@ def test_sink_stall_holds_the_probes_sink_until_healed(targets: LocalTargets) ->
     assert targets.probe.calls == ["SIGUSR1"]  # type: ignore[attr-defined]
     fault.heal()
     assert targets.probe.calls == ["SIGUSR1", "SIGUSR2"]  # type: ignore[attr-defined]
+
+
+def test_producer_clock_skew_restarts_the_probe_shifted_then_true(targets: LocalTargets) -> None:
+    fault = build_fault(ProducerClockSkew(kind="producer-clock-skew", offset=-12.5), targets)
+    fault.inject()
+    assert targets.probe.calls == ["stop", "start -12.5"]  # type: ignore[attr-defined]
+    fault.heal()
+    assert targets.probe.calls[2:] == ["stop", "start"]  # type: ignore[attr-defined]
+
+
+def test_a_shifted_clock_moves_the_wall_clock_and_leaves_the_monotonic_one(
+    tmp_path: Path,
+) -> None:
+    """What the probe process gets at inject, on a real process: its wall clock 30 s
+    ahead, the monotonic clock its event loop's timers use the same as everyone's."""
+    script = "import time; print(time.time(), time.monotonic())"
+    before_wall, before_mono = time.time(), time.monotonic()
+    shown = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **shifted_clock_environment(30.0)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    after_wall, after_mono = time.time(), time.monotonic()
+    wall, mono = float(shown[0]), float(shown[1])
+    assert before_wall + 30 <= wall <= after_wall + 30
+    assert before_mono <= mono <= after_mono
 
 
 def test_silent_partition_strips_one_partitions_records_from_fetches(tmp_path: Path) -> None:

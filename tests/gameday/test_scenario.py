@@ -101,6 +101,24 @@ expect:
             "name: x\nfault: {kind: sink-stall}\n",
             "probe.stages: fault kind sink-stall needs the sink stage",
         ),
+        (
+            "name: x\nfault: {kind: producer-clock-skew, offset: 0s}\n",
+            "fault.offset: must not be 0",
+        ),
+        (
+            "name: x\nfault: {kind: producer-clock-skew, offset: -1m}\n"
+            "probe: {stages: [consumer, sink]}\n",
+            "sink_process: fault kind producer-clock-skew needs `own`",
+        ),
+        (
+            "name: x\nfault: {kind: broker-stop}\nsink_process: own\n",
+            "probe.stages: sink_process: own needs the sink stage",
+        ),
+        (
+            "name: x\nfault: {kind: sink-stall}\nsink_process: own\n"
+            "probe: {stages: [consumer, sink]}\n",
+            "sink_process: fault kind sink-stall holds the sink in the probe",
+        ),
     ],
 )
 def test_a_bad_scenario_is_one_error_naming_the_field(

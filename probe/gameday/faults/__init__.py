@@ -18,6 +18,7 @@ from typing import Any
 
 from probe.gameday.faults.base import Fault, LocalTargets
 from probe.gameday.faults.broker import BrokerDataLossFault, BrokerStopFault
+from probe.gameday.faults.clock_skew import ProducerClockSkewFault
 from probe.gameday.faults.hostile import HostileRecordsFault
 from probe.gameday.faults.probe_restart import ProbeRestartFault
 from probe.gameday.faults.proxy import ProxyBlackholeFault, ProxyLatencyFault
@@ -35,6 +36,7 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "probe-restart": ProbeRestartFault,
     "silent-partition": SilentPartitionFault,
     "sink-stall": SinkStallFault,
+    "producer-clock-skew": ProducerClockSkewFault,
 }
 
 

@@ -25,6 +25,9 @@ class Fault(Protocol):
 
 
 class RestartableProcess(Protocol):
+    # Added to the process's environment at its next start (e.g. a shifted clock).
+    environment: dict[str, str]
+
     def stop(self) -> None: ...
 
     def start(self) -> None: ...
@@ -46,6 +49,8 @@ class LocalTargets:
     # probe id lets a hostile record claim to be the probe's own.
     key_file: Path
     probe_id: str
+    # The sink stage's own process (`sla-probe sink`), when it runs beside the probe.
+    sink: RestartableProcess | None = None
 
     @property
     def bootstrap_servers(self) -> str:
