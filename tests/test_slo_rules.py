@@ -22,6 +22,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from probe.embedded import free_loopback_port
+from probe.gameday.inhibition import documented_inhibit_rules
 from probe.metrics import ProbeMetrics, ReconcileMetrics
 from tests.conftest import wait_for
 
@@ -495,6 +496,22 @@ def test_documented_inhibition_holds_in_alertmanager(alertmanager: int) -> None:
         timeout=20,
         what="the documented inhibition",
     )
+    # The game days apply the same rules to their timelines without an Alertmanager
+    # (probe.gameday.inhibition): it must agree with the real one.
+    rules = documented_inhibit_rules()
+    labels = [
+        {"alertname": name, "target": target, "severity": severity, **extra}
+        for name, target, severity, extra in firing
+    ]
+    by_rules = {
+        (alert["alertname"], alert["target"], alert["severity"]): (
+            "suppressed"
+            if any(rule.mutes(source, alert) for rule in rules for source in labels)
+            else "active"
+        )
+        for alert in labels
+    }
+    assert by_rules == expected
 
 
 def test_inhibit_rules_name_real_alerts_and_labels() -> None:

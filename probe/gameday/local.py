@@ -41,6 +41,7 @@ from probe.errors import ProbeError
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets
 from probe.gameday.faults.proxy import TcpProxy
+from probe.gameday.inhibition import documented_inhibit_rules
 from probe.gameday.prometheus import LocalPrometheus, PrometheusApi
 from probe.gameday.runner import (
     GamedayResult,
@@ -299,4 +300,6 @@ def run_local(
         live_step=step,
         rules_file=env.rules_file,
         workdir=workdir,
+        # Alertmanager as docs/alerting.md tells users to configure it.
+        inhibit_rules=documented_inhibit_rules(),
     )

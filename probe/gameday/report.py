@@ -37,6 +37,8 @@ def _alert_json(result: AlertResult) -> dict[str, Any]:
         "to_firing_s": _round(result.to_firing),
         "labels": result.labels,
         "in_time": result.in_time,
+        # After Alertmanager's documented inhibition: when it first reached a person.
+        "to_notified_s": _round(result.to_notified),
     }
 
 
@@ -104,6 +106,11 @@ def to_json(result: GamedayResult) -> dict[str, Any]:
             "live": _false_pages(result.live),
             "computed": _false_pages(result.computed),
             "judged": [source for source, _ in result.judged_false_pages()],
+        },
+        # Fired, but muted by an inhibit rule for as long as they fired: no page.
+        "muted": {
+            "live": result.live.muted,
+            "computed": result.computed.muted if result.computed else [],
         },
         "resolved": {
             "within_s": scenario.expect.resolve_within,
@@ -193,6 +200,28 @@ def table(result: GamedayResult) -> str:
                 or "none"
             )
         )
+    for source, verdict in (("live", result.live), ("computed", result.computed)):
+        if verdict is not None and verdict.muted:
+            lines.append(
+                f"muted by inhibition ({source}, no page): "
+                + ", ".join(_describe(labels) for labels in verdict.muted)
+            )
+    for index, live in enumerate(result.live.alerts):
+        # An expected alert that fired while an inhibiting one muted it: say when it
+        # reached a person, if it did.
+        computed = result.computed.alerts[index] if result.computed else None
+        for source, alert in (("live", live), ("computed", computed)):
+            if alert is None or not alert.fired or alert.to_notified == alert.to_firing:
+                continue
+            reached = (
+                "never notified"
+                if alert.to_notified is None
+                else f"notified at {alert.to_notified:.1f}s"
+            )
+            lines.append(
+                f"{_expected_name(alert.expected.alert, alert.expected.labels)} ({source}): "
+                f"muted by inhibition from firing, {reached}"
+            )
     judged = result.computed or result.live
     if judged.resolution is not None:
         resolution = judged.resolution

@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from probe.errors import ProbeError
+from probe.gameday.inhibition import InhibitRule
 from probe.gameday.prometheus import PrometheusApi, RecordedSeries
 from probe.gameday.replay import PROBE_SERIES, ReplayPlan, replay
 from probe.gameday.scenario import Scenario
@@ -181,8 +182,10 @@ def judge_run(
     live_step: float,
     rules_file: Path | None,
     workdir: Path,
+    inhibit_rules: Sequence[InhibitRule] = (),
 ) -> GamedayResult:
-    """Judge the live timeline and, with recorded series, the replay."""
+    """Judge the live timeline and, with recorded series, the replay; with
+    Alertmanager's inhibit rules, alerts are judged as they reach a person."""
     expect = scenario.expect
     production = scenario.production
     live_phases = clock.phases()
@@ -194,6 +197,7 @@ def judge_run(
         live_phases,
         check_within=real_time,
         check_resolution=real_time or series is None,
+        inhibit_rules=inhibit_rules,
     )
     result = GamedayResult(scenario, live_phases, live, failed_polls=watcher.failed_polls)
     if watcher.timeline.last_at is None:
@@ -218,7 +222,12 @@ def judge_run(
     )
     result.computed_phases = computed_phases
     result.computed = judge(
-        expect, timeline, computed_phases, check_within=True, check_resolution=True
+        expect,
+        timeline,
+        computed_phases,
+        check_within=True,
+        check_resolution=True,
+        inhibit_rules=inhibit_rules,
     )
     return result
 

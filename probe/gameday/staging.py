@@ -20,6 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from probe.gameday.inhibition import documented_inhibit_rules
 from probe.gameday.local import SHIPPED_RULES
 from probe.gameday.prometheus import AlertmanagerApi, PrometheusApi
 from probe.gameday.runner import (
@@ -104,6 +105,8 @@ def run_staging(
         live_step=step,
         rules_file=scenario.prometheus.rules_file or SHIPPED_RULES,
         workdir=workdir,
+        # Alertmanager as docs/alerting.md tells users to configure it.
+        inhibit_rules=documented_inhibit_rules(),
     )
     result.hooks = runs
     for run in runs:

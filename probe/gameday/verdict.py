@@ -9,14 +9,20 @@ that timeline's clock, and every figure is relative to them in that clock.
   episode's pending and firing.
 - A *false page* is an alert that fired (pending alone pages nobody) and is forbidden,
   or, with ``no_other_alerts``, that no expectation and no ``tolerate`` names.
+- With inhibit rules (Alertmanager's, ``probe.gameday.inhibition``), an alert reaches
+  a person only while no firing alert mutes it: an expected alert's ``to_notified`` is
+  from fault start to the first such moment (None: muted for as long as it fired), and
+  an alert muted for as long as it fired is *muted*, never a false page.
 - *Resolved* means every alert was inactive by ``recovery + resolve_within`` and none
   was active after that; unknown when the timeline ends before that bound.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from probe.gameday.inhibition import InhibitRule, notified_spans
 from probe.gameday.scenario import Expectations, ExpectedAlert
 from probe.gameday.timeline import AlertTrack, Timeline
 
@@ -40,6 +46,9 @@ class AlertResult:
     labels: dict[str, str] = field(default_factory=dict)
     # `within` held (None: not checked on this timeline).
     in_time: bool | None = None
+    # Seconds from fault start to the first moment it fired unmuted (with inhibit rules;
+    # None: muted for as long as it fired, or it did not fire).
+    to_notified: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -71,6 +80,8 @@ class TimelineVerdict:
     alerts: list[AlertResult]
     false_pages: list[FalsePage]
     resolution: Resolution | None
+    # Alerts that fired but were muted by an inhibit rule for as long as they fired.
+    muted: list[dict[str, str]] = field(default_factory=list)
 
 
 def judge(
@@ -80,30 +91,37 @@ def judge(
     *,
     check_within: bool,
     check_resolution: bool,
+    inhibit_rules: Sequence[InhibitRule] = (),
 ) -> TimelineVerdict:
     """The verdict of one timeline. ``within`` and the resolve bound are production
     times: check them only on a timeline in production seconds."""
     tracks = timeline.tracks
-    results = [_expected(e, tracks, phases, check_within) for e in expect.fire]
+    notified = {id(track): notified_spans(track, tracks, inhibit_rules) for track in tracks}
+    results = [_expected(e, tracks, phases, check_within, notified) for e in expect.fire]
     false_pages = [
         FalsePage(
             labels=track.labels,
-            at=min(e.firing_at for e in track.episodes if e.firing_at is not None) - phases.fault,
+            at=notified[id(track)][0][0] - phases.fault,
             forbidden=track.name in expect.forbid,
         )
         for track in tracks
-        if track.fired() and _unexpected(track, expect)
+        if notified[id(track)] and _unexpected(track, expect)
     ]
+    muted = [track.labels for track in tracks if track.fired() and not notified[id(track)]]
     resolution = (
         _resolution(tracks, phases, expect.resolve_within, timeline.last_at)
         if check_resolution and expect.resolve_within is not None
         else None
     )
-    return TimelineVerdict(results, false_pages, resolution)
+    return TimelineVerdict(results, false_pages, resolution, muted)
 
 
 def _expected(
-    expected: ExpectedAlert, tracks: list[AlertTrack], phases: PhaseTimes, check_within: bool
+    expected: ExpectedAlert,
+    tracks: list[AlertTrack],
+    phases: PhaseTimes,
+    check_within: bool,
+    notified: dict[int, list[tuple[float, float]]],
 ) -> AlertResult:
     firings = [
         (episode, track)
@@ -120,6 +138,7 @@ def _expected(
     in_time = None
     if check_within and expected.within is not None:
         in_time = to_firing <= expected.within
+    reached = [start for start, end in notified[id(track)] if end > episode.firing_at]
     return AlertResult(
         expected,
         fired=True,
@@ -127,6 +146,7 @@ def _expected(
         to_firing=to_firing,
         labels=track.labels,
         in_time=in_time,
+        to_notified=None if not reached else max(reached[0], episode.firing_at) - phases.fault,
     )
 
 
