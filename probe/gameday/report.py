@@ -285,8 +285,9 @@ def _quiet_row(result: GamedayResult) -> str:
         last = "" if resolution.after is None else f", last {resolution.after:.0f}s after"
         resolved = ("yes" if resolution.ok else "NO") + last
     bound = scenario.expect.resolve_within
+    muted = "" if not judged.muted else f"; {len(judged.muted)} muted"
     return (
-        f"| {scenario.name} | false pages; all resolved | {live} | {computed}; {resolved} "
+        f"| {scenario.name} | false pages; all resolved | {live} | {computed}; {resolved}{muted} "
         f"| {_seconds(bound) if bound else '-'} | {'pass' if result.ok else 'FAIL'} |"
     )
 
@@ -296,7 +297,12 @@ def _cell(result: AlertResult | None) -> str:
         return "-"
     if not result.fired:
         return "not fired"
-    return f"{_seconds(result.to_pending)} / {_seconds(result.to_firing)}"
+    times = f"{_seconds(result.to_pending)} / {_seconds(result.to_firing)}"
+    if result.to_notified == result.to_firing:
+        return times
+    if result.to_notified is None:
+        return f"{times}, muted (never notified)"
+    return f"{times}, muted until {_seconds(result.to_notified)}"
 
 
 MARKDOWN_HEADER = [
