@@ -117,6 +117,11 @@ def gameday(
         documents = [to_json(result) for result in results]
         click.echo(json_module.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
     elif markdown or write_table:
+        # A table row says that a scenario failed, not which alert: the failing runs'
+        # full reports go to stderr, so a failure in a long run is never a mystery.
+        for result in results:
+            if not result.ok:
+                click.echo(table(result), err=True)
         rows = [row for result in results for row in markdown_rows(result)]
         if write_table is not None:
             write_table.write_text(splice_table(write_table.read_text(), rows))

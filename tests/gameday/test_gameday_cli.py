@@ -98,3 +98,22 @@ def test_replayed_canaries_raise_the_duplicates_ticket_and_nothing_else() -> Non
     assert duplicates["live"]["fired"]
     assert duplicates["computed"]["fired"]
     assert report["false_pages"]["computed"] == []
+
+
+@pytest.mark.broker
+def test_an_unmet_expectation_exits_1_and_a_table_run_says_which(tmp_path: Path) -> None:
+    # A probe restart pages nothing, so an availability page expected of it never comes.
+    scenario = tmp_path / "expects-too-much.yaml"
+    scenario.write_text(
+        "name: expects-too-much\n"
+        "phases: {steady: 5s, fault: 2s, recovery: 5s}\n"
+        "production: {replay: false}\n"
+        "fault: {kind: probe-restart}\n"
+        "expect:\n"
+        "  fire: [{alert: SyntheticSlaAvailabilityBudgetBurn, live: true}]\n"
+    )
+    result = _gameday(str(scenario), "--markdown")
+    assert result.returncode == 1, result.stderr
+    assert "| expects-too-much | SyntheticSlaAvailabilityBudgetBurn | not fired" in result.stdout
+    assert "FAIL: SyntheticSlaAvailabilityBudgetBurn" in result.stderr
+    assert "result: FAIL" in result.stderr
