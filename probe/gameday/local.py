@@ -212,7 +212,6 @@ class LocalEnvironment(Started):
             partitions=self.config.kafka.partitions or 3,
             key_file=self.key_file,
             probe_id=PROBE_ID,
-            sink=self.sink,
         )
 
     @property

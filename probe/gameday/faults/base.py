@@ -49,8 +49,6 @@ class LocalTargets:
     # probe id lets a hostile record claim to be the probe's own.
     key_file: Path
     probe_id: str
-    # The sink stage's own process (`sla-probe sink`), when it runs beside the probe.
-    sink: RestartableProcess | None = None
 
     @property
     def bootstrap_servers(self) -> str:
