@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import select
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,8 +84,20 @@ def test_progress_on_a_terminal_says_starting_then_ready(
     progress = SinkProgress(stream, clock=clock)
     clock.now += 24.6
     progress.ready()
-    written = os.read(controller, 4096).decode().replace("\r\n", "\n")
-    assert written == "starting Spark for the sink stage...\nsink stage ready (25s)\n"
+    expected = "starting Spark for the sink stage...\nsink stage ready (25s)\n"
+    assert _read_terminal(controller, len(expected)) == expected
+
+
+def _read_terminal(controller: int, length: int, timeout: float = 5.0) -> str:
+    """What the terminal shows, read until ``length`` characters or the deadline: one
+    read may return only part of it (the last newline came late once)."""
+    deadline = time.monotonic() + timeout
+    raw = b""
+    while len(raw.replace(b"\r\n", b"\n")) < length and time.monotonic() < deadline:
+        ready, _, _ = select.select([controller], [], [], 0.1)
+        if ready:
+            raw += os.read(controller, 4096)
+    return raw.decode().replace("\r\n", "\n")
 
 
 def test_progress_off_a_terminal_writes_nothing() -> None:
