@@ -8,13 +8,14 @@ UV := $(PYTHON) -m uv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the tests run for real: promtool and Prometheus, Mosquitto and its
 # own client (an MQTT client independent of the probe's, for hostile records),
-# Alertmanager (the documented inhibition of the SLO alerts), and libfaketime (a
-# producing probe whose clock runs ahead, in the producer-clock-skew game day).
+# Alertmanager (the documented inhibition of the SLO alerts), libfaketime (a
+# producing probe whose clock runs ahead, in the producer-clock-skew game day), and
+# Maven (Apache Kafka's jars from Maven Central, `make kafka`).
 DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mosquitto_pub \
-  prometheus-alertmanager:prometheus-alertmanager faketime:faketime
+  prometheus-alertmanager:prometheus-alertmanager faketime:faketime maven:mvn
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test setup system-deps python-deps demo-deps uv lint bench lock rules gameday \
+.PHONY: demo test setup system-deps python-deps demo-deps uv kafka lint bench lock rules gameday \
   detection-table clean
 
 demo: demo-deps
@@ -23,7 +24,14 @@ demo: demo-deps
 test: setup
 	$(VENV)/bin/pytest
 
-setup: system-deps python-deps
+setup: system-deps python-deps kafka
+
+# Apache Kafka's broker jars, pinned in probe/apache_kafka/pom.xml, resolved from Maven
+# Central once into ~/.cache/synthetic-sla-probe/ (SLA_PROBE_KAFKA_LIBS elsewhere): the
+# three-broker KRaft cluster of the tests and the broker game days. Nothing is fetched
+# at test time.
+kafka: system-deps python-deps
+	$(VENV)/bin/python -m probe.apache_kafka install
 
 # Installs a Debian package only when its command is missing.
 system-deps:

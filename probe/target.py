@@ -214,7 +214,11 @@ class TargetProbe:
             return
         plan = plan_leaders(replicas)
         if plan.empty:
-            self._leaders.settled(replicas.brokers)
+            # A broker back from a restart is elected only once it is in sync again:
+            # until then the plan is empty but the broker still leads nothing, and the
+            # next refresh plans again (pure and cheap) rather than settling without it.
+            if not replica_health(replicas).leaderless_brokers:
+                self._leaders.settled(replicas.brokers)
             return
         self._leaders.acted(now)
         self._spreading = asyncio.create_task(

@@ -143,12 +143,7 @@ class KafkaTransport:
         self._config = config
         self._topic = config.topic
         options = connection_options(config)
-        self._producer = AIOKafkaProducer(
-            **options,
-            acks="all",
-            enable_idempotence=config.idempotence,
-            linger_ms=0,
-        )
+        self._producer = self._new_producer(options, idempotent=config.idempotence is not False)
         self._consumer = AIOKafkaConsumer(
             **options,
             group_id=None,
@@ -183,9 +178,40 @@ class KafkaTransport:
         self._config_read_at: float | None = None
         self._admin: AIOKafkaAdminClient | None = None
 
-    async def start(self) -> None:
+    @staticmethod
+    def _new_producer(options: Mapping[str, Any], *, idempotent: bool) -> AIOKafkaProducer:
+        return AIOKafkaProducer(**options, acks="all", enable_idempotence=idempotent, linger_ms=0)
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether canaries are produced with a producer id (known after start)."""
+        return bool(self._producer._txn_manager is not None)
+
+    async def _start_producer(self) -> None:
+        """Start the producer; with idempotence left to the broker (the default), one
+        that refuses a producer id (InitProducerId) gets a plain acks=all producer. A
+        broker that cannot be reached is no refusal: that error goes up as it is."""
         try:
             await self._producer.start()
+        except KafkaConnectionError:
+            raise
+        except KafkaError as exc:
+            if self._config.idempotence is not None or not self._producer.client.cluster.brokers():
+                raise
+            await self._producer.stop()
+            log.warning(
+                "%s: the broker refused a producer id (%s: %s); producing without "
+                "idempotence (kafka.idempotence: false says so, true requires it)",
+                self._config.bootstrap_servers,
+                type(exc).__name__,
+                exc,
+            )
+            self._producer = self._new_producer(self._options, idempotent=False)
+            await self._producer.start()
+
+    async def start(self) -> None:
+        try:
+            await self._start_producer()
             await self._consumer.start()
         except KafkaError as exc:
             await self.close()
@@ -302,11 +328,21 @@ class KafkaTransport:
         finally:
             await admin.close()
         log.info("created topic %s", self._topic)
+        await self._until_known()
         # A topic this probe (re)created holds nothing the reader has seen: whatever
         # positions it kept belong to the old log (a broker that lost its storage).
         self._log_ends.clear()
         self._restarted = True
         return True
+
+    async def _until_known(self) -> None:
+        """Until the metadata lists the topic just created. Apache Kafka's controller
+        answers CreateTopics once the topic is committed; the brokers learn of it a
+        moment later, and a metadata request in between finds no such topic."""
+        deadline = time.monotonic() + self._config.send_timeout
+        # Polled: the broker's metadata has nothing to wait on.
+        while not await self.partitions() and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
 
     async def cover(self, partitions: Sequence[int]) -> None:
         wanted = set(partitions)

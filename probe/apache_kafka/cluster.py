@@ -1,0 +1,354 @@
+"""A real Apache Kafka cluster on loopback: three KRaft nodes from Maven Central's jars.
+
+Each node is both broker and controller (a static ``controller.quorum.voters``), so
+three JVMs make the cluster users run: replication factor 3, ``min.insync.replicas``
+2, leader election, ISR shrink and expand, controlled shutdown, consumer groups.
+Nothing is fetched here: ``install`` (``make kafka``) resolves ``pom.xml`` into a
+cache once, and :class:`KafkaCluster` refuses to start without it, naming the command.
+
+>>> with KafkaCluster(workdir=Path("/tmp/kc")) as cluster:  # doctest: +SKIP
+...     cluster.bootstrap_servers
+'127.0.0.1:41001,127.0.0.1:41003,127.0.0.1:41005'
+
+A node can be stopped (SIGTERM: a controlled shutdown that moves its leaderships
+away first), killed (SIGKILL: what a crash does), paused (SIGSTOP: a broker that
+hangs) and started again on the same ports and log directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from probe.embedded import LoopbackServer, Started, free_loopback_port
+from probe.errors import TransportError
+
+POM = Path(__file__).with_name("pom.xml")
+
+# The broker settings of the project's cluster: what production clusters are told to
+# use (RF 3, min ISR 2, controlled shutdown, no unclean election, no auto-created
+# topics), and fewer threads and __consumer_offsets partitions than the defaults, which
+# size a broker for a machine of its own, not three JVMs sharing two cores.
+CLUSTER_SETTINGS: Mapping[str, str] = {
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "num.partitions": "3",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "6",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "transaction.state.log.num.partitions": "3",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+    "controlled.shutdown.enable": "true",
+    "unclean.leader.election.enable": "false",
+    "auto.create.topics.enable": "false",
+    "group.initial.rebalance.delay.ms": "0",
+    "num.network.threads": "2",
+    "num.io.threads": "2",
+    "background.threads": "2",
+    "num.recovery.threads.per.data.dir": "1",
+    "log.cleaner.threads": "1",
+    "log.cleaner.dedupe.buffer.size": "8388608",
+}
+
+# A heap for a test broker: the canary topic at 10,000 partitions RF 3 is 30,000
+# replicas across three nodes, about 10,000 each.
+JAVA_OPTIONS: Sequence[str] = (
+    "-Xms128m",
+    "-Xmx768m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-Djava.awt.headless=true",
+)
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+"""
+
+
+def kafka_version(pom: Path = POM) -> str:
+    """The pinned Apache Kafka version (``kafka.version`` in ``pom.xml``)."""
+    found = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", pom.read_text())
+    if found is None:
+        raise ValueError(f"{pom}: no <kafka.version>")
+    return found.group(1)
+
+
+def libs_dir() -> Path:
+    """Where the pinned jars live: ``SLA_PROBE_KAFKA_LIBS``, else the user's cache."""
+    if configured := os.environ.get("SLA_PROBE_KAFKA_LIBS"):
+        return Path(configured)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "synthetic-sla-probe" / f"apache-kafka-{kafka_version()}"
+
+
+def installed(libs: Path | None = None) -> bool:
+    return ((libs or libs_dir()) / "RESOLVED").exists()
+
+
+def install(libs: Path | None = None, *, maven: str = "mvn") -> Path:
+    """Resolve the pinned jars from Maven Central into ``libs`` (once: a later call
+    finds the stamp and returns). The copy is made beside and renamed into place, so
+    an interrupted install leaves nothing that looks installed."""
+    libs = libs or libs_dir()
+    if installed(libs):
+        return libs
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".resolving-", dir=libs.parent))
+    try:
+        subprocess.run(
+            [
+                maven, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+                "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
+            ],
+            check=True,
+        )  # fmt: skip
+        jars = sorted(p.name for p in staging.glob("*.jar"))
+        (staging / "RESOLVED").write_text(
+            f"apache-kafka {kafka_version()} from {POM.name}\n" + "\n".join(jars) + "\n"
+        )
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return libs
+
+
+def cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class KafkaNode(LoopbackServer):
+    """One combined broker and controller. ``port`` is its client listener."""
+
+    # A cold JVM on a shared two-core machine: class loading and log recovery.
+    start_timeout = 90.0
+
+    def __init__(
+        self,
+        node_id: int,
+        *,
+        libs: Path,
+        directory: Path,
+        port: int,
+        controller_port: int,
+        voters: str,
+        settings: Mapping[str, str],
+    ) -> None:
+        super().__init__(port, log_file=directory / "server.log")
+        self.node_id = node_id
+        self.name = f"kafka node {node_id}"
+        self.controller_port = controller_port
+        self.directory = directory
+        self._libs = libs
+        self.properties = directory / "server.properties"
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "log4j2.properties").write_text(_LOG4J2)
+        listener = f"PLAINTEXT://127.0.0.1:{port}"
+        lines = {
+            "process.roles": "broker,controller",
+            "node.id": str(node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"{listener},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": listener,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(directory / "data"),
+            **settings,
+        }
+        self.properties.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+
+    def java(self, main: str, *args: str) -> list[str]:
+        return [
+            "java",
+            *JAVA_OPTIONS,
+            f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
+            "-cp",
+            f"{self._libs}/*",
+            main,
+            *args,
+        ]
+
+    def format_command(self, cluster: str) -> list[str]:
+        return self.java(
+            "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self.properties)
+        )
+
+    def command(self) -> list[str]:
+        return self.java("kafka.Kafka", str(self.properties))
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM: a controlled shutdown (its leaderships move first), then SIGKILL."""
+        super().stop(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: no controlled shutdown, unflushed writes lost as in a crash."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(30)
+        self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the process holds its sockets and answers nothing."""
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGCONT)
+
+    def resident_bytes(self) -> int:
+        """The JVM's resident memory (0 when not running)."""
+        if self.pid is None:
+            return 0
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+
+class KafkaCluster(Started):
+    """``brokers`` KRaft nodes (broker and controller each) on loopback ports, their
+    logs and data under ``workdir``. ``start`` returns once every broker is registered
+    and unfenced (a topic of replication factor ``brokers`` can be created);
+    ``started_in`` says how long that took."""
+
+    ready_timeout = 120.0
+
+    def __init__(
+        self,
+        brokers: int = 3,
+        *,
+        workdir: Path,
+        settings: Mapping[str, str] | None = None,
+        libs: Path | None = None,
+    ) -> None:
+        self.libs = libs or libs_dir()
+        self.workdir = workdir
+        self.started_in: float | None = None
+        ports = [(free_loopback_port(), free_loopback_port()) for _ in range(brokers)]
+        voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports, start=1))
+        merged = {**CLUSTER_SETTINGS, **(settings or {})}
+        self.nodes = {
+            i: KafkaNode(
+                i,
+                libs=self.libs,
+                directory=workdir / f"node-{i}",
+                port=port,
+                controller_port=controller,
+                voters=voters,
+                settings=merged,
+            )
+            for i, (port, controller) in enumerate(ports, start=1)
+        }
+        self._formatted = False
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes.values())
+
+    def node(self, node_id: int) -> KafkaNode:
+        return self.nodes[node_id]
+
+    def start(self) -> None:
+        if not installed(self.libs):
+            raise TransportError(
+                f"Apache Kafka's jars are not in {self.libs}: run `make kafka` "
+                "(python -m probe.apache_kafka install) first"
+            )
+        began = time.monotonic()
+        if not self._formatted:
+            self._format()
+        # The nodes wait for each other's quorum: started one after the other, the
+        # first would time out alone.
+        with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:
+            for started in [pool.submit(n.start) for n in self.nodes.values()]:
+                started.result()
+        self.wait_ready()
+        self.started_in = time.monotonic() - began
+
+    def _format(self) -> None:
+        """Format every node's storage with one new cluster id, all three at once."""
+        cluster = cluster_id()
+        formats = {
+            node: subprocess.Popen(
+                node.format_command(cluster),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for node in self.nodes.values()
+        }
+        for node, formatting in formats.items():
+            output, _ = formatting.communicate(timeout=120)
+            if formatting.returncode:
+                raise TransportError(f"formatting {node.name} failed: {output[-2000:]}")
+        self._formatted = True
+
+    def wait_ready(self, brokers: int | None = None, timeout: float | None = None) -> None:
+        """Until ``brokers`` (all by default) are registered and unfenced."""
+        wanted = len(self.nodes) if brokers is None else brokers
+        deadline = time.monotonic() + (timeout or self.ready_timeout)
+        seen: set[int] = set()
+        while time.monotonic() < deadline:
+            seen = live_brokers(self.bootstrap_servers)
+            if len(seen) >= wanted:
+                return
+            for node in self.nodes.values():
+                if node._process is not None and node._process.poll() is not None:
+                    raise TransportError(f"{node.name} exited: {node._log_tail()}")
+            time.sleep(0.25)
+        raise TransportError(f"Kafka cluster: brokers {sorted(seen)} of {wanted} by the deadline")
+
+    def stop(self) -> None:
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
+            list(pool.map(lambda n: n.stop(), self.nodes.values()))
+
+    def resident_bytes(self) -> int:
+        return sum(n.resident_bytes() for n in self.nodes.values())
+
+
+def live_brokers(bootstrap_servers: str) -> set[int]:
+    """The broker ids a metadata request lists (registered and unfenced); empty when
+    no node answers."""
+    return asyncio.run(_live_brokers(bootstrap_servers))
+
+
+async def _live_brokers(bootstrap_servers: str) -> set[int]:
+    from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415
+    from aiokafka.errors import KafkaError  # noqa: PLC0415
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=3000)
+    try:
+        await admin.start()
+        described = await admin.describe_cluster()
+        return {int(b["node_id"]) for b in described["brokers"]}
+    except (TimeoutError, KafkaError, OSError):
+        return set()
+    finally:
+        await admin.close()

@@ -1,0 +1,70 @@
+"""What Kafka itself says, through an independent client (confluent-kafka's admin
+API on librdkafka), for the tests to hold the probe's series against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@dataclass(frozen=True)
+class Described:
+    """One partition as the controller's metadata has it (leader -1: none)."""
+
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+def admin(bootstrap_servers: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap_servers})
+
+
+def describe(bootstrap_servers: str, topic: str) -> dict[int, Described]:
+    metadata = admin(bootstrap_servers).list_topics(topic, timeout=10)
+    found = metadata.topics[topic]
+    if found.error is not None:
+        raise AssertionError(f"{topic}: {found.error}")
+    return {
+        p: Described(m.leader, tuple(m.replicas), tuple(m.isrs))
+        for p, m in found.partitions.items()
+    }
+
+
+def leaders(partitions: dict[int, Described]) -> set[int]:
+    return {d.leader for d in partitions.values() if d.leader >= 0}
+
+
+def under_replicated(partitions: dict[int, Described]) -> int:
+    return sum(1 for d in partitions.values() if len(d.isr) < len(d.replicas))
+
+
+def under_min_isr(partitions: dict[int, Described], min_insync: int) -> int:
+    return sum(1 for d in partitions.values() if len(d.isr) < min_insync)
+
+
+def create_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int = 3) -> None:
+    futures = admin(bootstrap_servers).create_topics(
+        [NewTopic(topic, partitions, replication)], operation_timeout=30
+    )
+    futures[topic].result(timeout=60)
+
+
+def delete_topic(bootstrap_servers: str, topic: str) -> None:
+    admin(bootstrap_servers).delete_topics([topic], operation_timeout=30)[topic].result(60)
+
+
+def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import Consumer  # noqa: PLC0415
+
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "unused"})
+    try:
+        partitions = describe(bootstrap_servers, topic)
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        }
+    finally:
+        consumer.close()

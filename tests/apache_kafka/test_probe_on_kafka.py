@@ -1,0 +1,108 @@
+"""The probe on Apache Kafka's three-broker cluster, every broker running (shared
+cluster): topic management, per-broker attribution, replica health, idempotence."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from probe.apache_kafka.cluster import KafkaCluster
+from tests.apache_kafka.kafka_admin import describe, leaders, under_replicated
+from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, wait_for
+
+
+def once(cluster: KafkaCluster, topic: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SLA_PROBE, "once", "--bootstrap-servers", cluster.bootstrap_servers, "--topic", topic,
+         "--json", *flags],
+        check=False, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def test_once_creates_the_topic_with_rf3_and_every_broker_leading_a_partition(
+    kafka_cluster: KafkaCluster, topic: str
+) -> None:
+    done = once(kafka_cluster, topic)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    described = describe(kafka_cluster.bootstrap_servers, topic)
+    assert len(described) >= len(kafka_cluster.nodes)
+    assert {len(d.replicas) for d in described.values()} == {3}
+    assert leaders(described) == set(kafka_cluster.nodes), described
+    outcomes = json.loads(done.stdout)["stages"]["consumer"]["outcomes"]
+    assert outcomes["delivered"] > 0
+    assert outcomes["delivered"] % len(described) == 0, "every partition, every round"
+    assert outcomes["lost"] == outcomes["late"] == outcomes["produce_failed"] == 0
+
+
+def producer_ids(cluster: KafkaCluster, topic: str) -> set[int]:
+    """The producer id of every record batch of the topic, read from the brokers' own
+    log segments (v2 batch header: producerId is the int64 at byte 43)."""
+    ids: set[int] = set()
+    for node in cluster.nodes.values():
+        for segment in (node.directory / "data").glob(f"{topic}-*/*.log"):
+            data = segment.read_bytes()
+            at = 0
+            while at + 61 <= len(data):
+                (length,) = struct.unpack_from(">i", data, at + 8)
+                (producer,) = struct.unpack_from(">q", data, at + 43)
+                ids.add(producer)
+                at += 12 + length
+    return ids
+
+
+@pytest.mark.parametrize(
+    ("flags", "idempotent"),
+    [((), True), (("--idempotence",), True), (("--no-idempotence",), False)],
+    ids=["default", "required", "off"],
+)
+def test_canaries_are_produced_idempotently_unless_told_not_to(
+    kafka_cluster: KafkaCluster, topic: str, flags: tuple[str, ...], idempotent: bool
+) -> None:
+    done = once(kafka_cluster, topic, *flags)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    ids = wait_for(lambda: producer_ids(kafka_cluster, topic), timeout=10, what="batches")
+    if idempotent:
+        assert min(ids) >= 0, f"a batch without a producer id: {ids}"
+        assert "refused a producer id" not in done.stderr
+    else:
+        assert ids == {-1}
+
+
+def test_run_attributes_every_canary_to_the_broker_that_led_its_partition(
+    kafka_cluster: KafkaCluster,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    probe = start_probe(*run_args(kafka_cluster.bootstrap_servers, topic, key_file))
+    brokers = [str(b) for b in kafka_cluster.nodes]
+
+    def every_broker_delivered() -> bool:
+        samples = probe.metrics()
+        return all(
+            sample(samples, "synthetic_sla_broker_canaries_total", broker=b, outcome="delivered")
+            > 0
+            for b in brokers
+        )
+
+    wait_for(every_broker_delivered, timeout=60, what="delivered canaries from every broker")
+    samples = probe.metrics()
+    described = describe(kafka_cluster.bootstrap_servers, topic)
+    assert sample(samples, "synthetic_sla_brokers") == len(brokers)
+    assert sample(samples, "synthetic_sla_brokers_without_canary_leader") == 0
+    assert sample(samples, "synthetic_sla_min_insync_replicas") == 2
+    assert sample(samples, "synthetic_sla_partitions_under_replicated") == under_replicated(
+        described
+    )
+    for broker in brokers:
+        led = sum(1 for d in described.values() if str(d.leader) == broker)
+        assert sample(samples, "synthetic_sla_broker_leader_partitions", broker=broker) == led
+    for outcome in ("lost", "late", "produce_failed"):
+        assert probe.canaries(outcome) == 0, outcome
