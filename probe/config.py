@@ -455,6 +455,8 @@ class MetricsConfig(_Section):
     # Which partitions get a per-partition staleness series: all, only those stale
     # now (older than interval + freshness), or none. The per-stage aggregates (largest
     # staleness, stale partitions) are always exported; the alerts work in every mode.
+    # The partition leader series follow it (stale: the partitions stale or in replica
+    # trouble); the replica problem series are there unless it is none.
     partition_series: Literal["all", "stale", "none"] = "all"
 
 

@@ -12,6 +12,12 @@ staleness is one series per partition (10,000 at 10,000 partitions): the
 currently stale, or for none; the per-stage aggregates (the largest staleness, the
 number of stale partitions) are always exported, and the rules and dashboard work
 from them in every mode.
+
+Which broker leads each partition and which partitions are in replica trouble are
+rendered at scrape time too, from the last metadata refresh (:class:`ReplicaCollector`),
+so a broker or a problem that is gone from the metadata is gone from the next scrape.
+The per-partition ones follow the same setting: in ``stale`` mode a partition has a
+leader series while it is stale or in trouble, which is when a join needs it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,12 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
@@ -35,7 +46,7 @@ from probe.config import ProbeConfig, StageName
 from probe.errors import ProduceFailure, RejectReason
 from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
 from probe.reconcile.outcome import Reconciliation, RecordResult, WindowStatus
-from probe.replicas import ReplicaHealth
+from probe.replicas import TopicReplicas, partition_problems, replica_health
 
 # The metrics a canary's fate counts on (see ProbeMetrics._fate_child).
 _Fated = TypeVar("_Fated", Counter, Histogram)
@@ -79,6 +90,9 @@ class StageSource:
     stage: str
     judge: StalenessSource
     stale_after_ns: int
+
+    def is_stale(self, staleness_ns: int) -> bool:
+        return staleness_ns > self.stale_after_ns
 
 
 class PartitionSeries(StrEnum):
@@ -180,6 +194,18 @@ class StalenessCollector(Collector):
     def sources(self) -> list[StageSource]:
         return list(self._sources)
 
+    def stale_partitions(self, target: str) -> set[int]:
+        """The target's partitions stale now in at least one of its stages: those that
+        have a staleness series in ``stale`` mode."""
+        now_ns = self._clock_ns()
+        return {
+            key.partition
+            for source in self._sources
+            if source.target == target
+            for key, value in source.judge.staleness_ns(now_ns).items()
+            if source.is_stale(value)
+        }
+
     def collect(self) -> Iterator[Metric]:
         family = RenderedGauge(
             "synthetic_sla_partition_staleness_seconds",
@@ -204,19 +230,18 @@ class StalenessCollector(Collector):
         mode = self._partition_series
         for source in self._sources:
             staleness = source.judge.staleness_ns(now_ns)
-            threshold = source.stale_after_ns
             largest.add_metric(
                 [source.target, source.stage], max(staleness.values(), default=0) / 1e9
             )
             stale.add_metric(
                 [source.target, source.stage],
-                sum(1 for value in staleness.values() if value > threshold),
+                sum(1 for value in staleness.values() if source.is_stale(value)),
             )
             if mode is PartitionSeries.NONE:
                 continue
             for key in sorted(staleness, key=lambda key: key.partition):
                 value = staleness[key]
-                if mode is PartitionSeries.STALE and value <= threshold:
+                if mode is PartitionSeries.STALE and not source.is_stale(value):
                     continue
                 labels = [source.target, source.stage, str(key.partition)]
                 ident = (source.target, source.stage, key.partition)
@@ -229,6 +254,87 @@ class StalenessCollector(Collector):
         yield family
         yield largest
         yield stale
+
+
+class ReplicaCollector(Collector):
+    """The canary topic's brokers and troubled partitions, rendered at scrape time from
+    the last metadata refresh of each target (see the module doc).
+
+    ``synthetic_sla_broker_info``: every broker the metadata lists, with its address.
+    ``synthetic_sla_partition_leader``: each partition's leader (none while offline), so
+    that a per-partition series finds its broker in one join. As ``partition_series``
+    says: every partition (all), those in replica trouble or stale in some stage now
+    (stale: as the staleness collector says), or none.
+    ``synthetic_sla_partition_replica_problem``: each troubled partition, once, under
+    its worst problem (see probe.replicas.partition_problems); none with ``none``.
+    """
+
+    def __init__(self, staleness: StalenessCollector, partition_series: PartitionSeries) -> None:
+        self._staleness = staleness
+        self._partition_series = partition_series
+        # Each target's entry is replaced whole at a refresh: a scrape, on whatever
+        # thread, reads one refresh or the next, never a mix (a TopicReplicas is never
+        # changed once made).
+        self._topics: dict[str, TopicReplicas] = {}
+        # Each series' line prefix, kept across scrapes (see RenderedGauge).
+        self._prefixes: dict[tuple[str, ...], str] = {}
+
+    def update(self, target: str, topic: TopicReplicas) -> None:
+        self._topics[target] = topic
+
+    def collect(self) -> Iterator[Metric]:
+        brokers = InfoMetricFamily(
+            "synthetic_sla_broker",
+            "Every broker the last metadata refresh listed, with its address (host:port). "
+            "A broker that is down is not listed.",
+            labels=["target", "broker"],
+        )
+        leaders = RenderedGauge(
+            "synthetic_sla_partition_leader",
+            "1 for the broker leading the partition now (an offline partition has none), "
+            "to join per-partition series to their broker. Which partitions have a "
+            "series: metrics.partition_series (all; stale: stale or in replica trouble; "
+            "none).",
+            labels=["target", "partition", "broker"],
+        )
+        problems = RenderedGauge(
+            "synthetic_sla_partition_replica_problem",
+            "1 for each canary partition in replica trouble, under its worst problem: "
+            "offline (no leader; leader none), under_min_isr, under_replicated. None with "
+            "metrics.partition_series none.",
+            labels=["target", "partition", "leader", "problem"],
+        )
+        mode = self._partition_series
+        for target, topic in sorted(self._topics.items()):
+            for broker in sorted(topic.brokers):
+                brokers.add_metric(
+                    [target, str(broker)], {"address": topic.addresses.get(broker, "")}
+                )
+            if mode is PartitionSeries.NONE:
+                continue
+            troubled = partition_problems(topic)
+            for trouble in troubled:
+                leader = "none" if trouble.leader is None else str(trouble.leader)
+                self._add(problems, target, str(trouble.partition), leader, trouble.problem.value)
+            shown: set[int] | None = None  # every partition
+            if mode is PartitionSeries.STALE:
+                shown = {t.partition for t in troubled} | self._staleness.stale_partitions(target)
+            for number in sorted(topic.partitions if shown is None else shown):
+                leader_id = topic.leader_of(number)
+                if leader_id is not None:
+                    self._add(leaders, target, str(number), str(leader_id))
+        if len(self._prefixes) > 2 * max(1, leaders.series() + problems.series()):
+            self._prefixes.clear()  # partitions went away or recovered: forget their lines
+        yield brokers
+        yield leaders
+        yield problems
+
+    def _add(self, family: RenderedGauge, *labels: str) -> None:
+        ident = (family.name, *labels)
+        prefix = self._prefixes.get(ident)
+        if prefix is None:
+            prefix = self._prefixes[ident] = family.prefix(labels)
+        family.add_rendered(prefix, labels, 1.0)
 
 
 class SpanDropCollector(Collector):
@@ -503,6 +609,13 @@ class ProbeMetrics:
             ["target", "reason"],
             registry=registry,
         )
+        self.broker_produce_errors = Counter(
+            "synthetic_sla_broker_produce_errors",
+            "Canaries the broker did not acknowledge, by the broker that led their "
+            "partition when they were sent and by reason.",
+            ["target", "broker", "reason"],
+            registry=registry,
+        )
         self.duplicates = Counter(
             "synthetic_sla_duplicates",
             "Canaries that arrived more than once.",
@@ -628,6 +741,13 @@ class ProbeMetrics:
             ["target", "broker"],
             registry=registry,
         )
+        self.broker_out_of_sync = Gauge(
+            "synthetic_sla_broker_replicas_out_of_sync",
+            "Canary partitions where the broker holds a replica that is not in the ISR "
+            "(a broker that is down: every replica it holds).",
+            ["target", "broker"],
+            registry=registry,
+        )
         self.brokers_leading_nothing = Gauge(
             "synthetic_sla_brokers_without_canary_leader",
             "Brokers that lead no canary partition: the probe does not measure them.",
@@ -667,6 +787,8 @@ class ProbeMetrics:
         )
         self.staleness = StalenessCollector(clock_ns, partition_series)
         registry.register(self.staleness)
+        self.replica_state = ReplicaCollector(self.staleness, partition_series)
+        registry.register(self.replica_state)
 
     def declare_target(self, target: str) -> None:
         for gauge in (
@@ -760,8 +882,12 @@ class ProbeMetrics:
     def acked(self, target: str, seconds: float) -> None:
         self.produce_latency.labels(target).observe(seconds)
 
-    def produce_failed(self, target: str, reason: ProduceFailure) -> None:
+    def produce_failed(
+        self, target: str, reason: ProduceFailure, broker: int | None = None
+    ) -> None:
         self.produce_errors.labels(target, reason.value).inc()
+        if broker is not None:
+            self.broker_produce_errors.labels(target, str(broker), reason.value).inc()
 
     def target_ready(self, target: str, ready: bool) -> None:
         self.ready.labels(target).set(1 if ready else 0)
@@ -772,28 +898,38 @@ class ProbeMetrics:
     def reconnected(self, target: str) -> None:
         self.reconnects.labels(target).inc()
 
-    def target_replicas(self, target: str, health: ReplicaHealth) -> None:
-        """The topic's replica state after a metadata refresh. Every broker listed gets
-        its per-broker series at zero the first time it is seen (a broker that left
-        keeps its counters: they only ever grow)."""
+    def target_replicas(self, target: str, topic: TopicReplicas) -> None:
+        """The topic's replica state after a metadata refresh. Every broker listed, or
+        holding a replica, gets its per-broker series at zero the first time it is seen
+        (a broker that left keeps its counters: they only ever grow; its gauges drop to
+        0). The per-partition and per-address series are rendered from ``topic`` at
+        each scrape (:class:`ReplicaCollector`)."""
+        health = replica_health(topic)
         self.brokers.labels(target).set(len(health.leaders))
         self.brokers_leading_nothing.labels(target).set(len(health.leaderless_brokers))
         self.under_replicated.labels(target).set(health.under_replicated)
         self.offline.labels(target).set(health.offline)
         self.under_min_isr.labels(target).set(health.under_min_isr)
         self.min_insync.labels(target).set(health.min_insync or 0)
+        self.replica_state.update(target, topic)
         known = self._brokers_of.setdefault(target, set())
-        for broker, led in health.leaders.items():
-            self.broker_leaderships.labels(target, str(broker)).set(led)
+        seen = health.leaders.keys() | health.out_of_sync.keys()
+        for broker in sorted(seen):
+            name = str(broker)
+            self.broker_leaderships.labels(target, name).set(health.leaders.get(broker, 0))
+            self.broker_out_of_sync.labels(target, name).set(health.out_of_sync.get(broker, 0))
             if broker in known:
                 continue
             known.add(broker)
+            for reason in ProduceFailure:
+                self.broker_produce_errors.labels(target, name, reason.value)
             for stage in self._stages_of.get(target, []):
                 for outcome in Outcome:
-                    self.broker_canaries.labels(target, stage, str(broker), outcome.value)
-                self.broker_e2e_latency.labels(target, stage, str(broker))
-        for gone in known - health.leaders.keys():
+                    self.broker_canaries.labels(target, stage, name, outcome.value)
+                self.broker_e2e_latency.labels(target, stage, name)
+        for gone in known - seen:
             self.broker_leaderships.labels(target, str(gone)).set(0)
+            self.broker_out_of_sync.labels(target, str(gone)).set(0)
 
     def _anomaly_counter(self, kind: AnomalyKind) -> Counter:
         return {

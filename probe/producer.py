@@ -236,12 +236,16 @@ class CanaryProducer:
             # tracing clients and collectors that cannot read canaries.
             canary = self._canary(partition, span.traceparent)
             payload = encode(canary, self._keyring.ring, pad_to=self._pad_to)
+            started = time.monotonic()
             try:
                 async with asyncio.timeout_at(deadline):
                     offset = await transport.send(partition, payload, span.carrier)
             except TimeoutError:
-                span.failed(ProduceFailure.TIMEOUT.value)
-                self._failed(canary, ProduceFailed(ProduceFailure.TIMEOUT), broker)
+                # A broker that kept answering "no" (not enough replicas) while the
+                # client retried says why; silence is a plain timeout.
+                reason = transport.refused(partition, started) or ProduceFailure.TIMEOUT
+                span.failed(reason.value)
+                self._failed(canary, ProduceFailed(reason), broker)
                 return
             except ProduceFailed as failure:
                 span.failed(failure.reason.value)
@@ -258,6 +262,6 @@ class CanaryProducer:
     def _failed(self, canary: Canary, failure: ProduceFailed, broker: int | None = None) -> None:
         now_ns = self._clock_ns()
         if self._metrics is not None:
-            self._metrics.produce_failed(self._target, failure.reason)
+            self._metrics.produce_failed(self._target, failure.reason, broker)
         for stage in self._stages:
             stage.on_produce_failed(canary, now_ns, broker)

@@ -9,9 +9,14 @@ on-call looks at first (seed 002): under-replicated (fewer in-sync replicas than
 replicas), offline (no leader), under min ISR (fewer in-sync replicas than the topic's
 ``min.insync.replicas``: an acks=all produce is refused).
 
+It also names the brokers behind the trouble: per broker, the partitions where its
+replica is out of sync (a stopped broker: every replica it holds), and per troubled
+partition its worst problem, its leader and the replicas missing from its ISR.
+
 No I/O here: the transport reads the client's metadata into :class:`TopicReplicas`
 (:func:`topic_replicas` takes any records shaped like aiokafka's
-``PartitionMetadata``), and :func:`replica_health` sums it up.
+``PartitionMetadata``), :func:`replica_health` sums it up and
+:func:`partition_problems` lists the partitions in trouble.
 
 >>> topic = TopicReplicas(
 ...     {0: PartitionReplicas(0, 1, (1, 2), (1, 2)), 1: PartitionReplicas(1, None, (2, 3), ())},
@@ -21,13 +26,18 @@ No I/O here: the transport reads the client's metadata into :class:`TopicReplica
 >>> health = replica_health(topic)
 >>> health.offline, health.under_replicated, health.under_min_isr, health.leaderless_brokers
 (1, 1, 1, (2, 3))
+>>> dict(health.out_of_sync)
+{1: 0, 2: 1, 3: 1}
+>>> [(p.partition, p.problem.value, p.leader, p.missing) for p in partition_problems(topic)]
+[(1, 'offline', None, (2, 3))]
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 
@@ -46,12 +56,18 @@ class PartitionReplicas:
 @dataclass(frozen=True, slots=True)
 class TopicReplicas:
     """The canary topic's partitions as the last metadata refresh saw them, the
-    brokers that refresh listed, and the topic's min.insync.replicas (None: unknown,
-    the broker did not say)."""
+    brokers that refresh listed, the topic's min.insync.replicas (None: unknown, the
+    broker did not say) and the listed brokers' addresses ("host:port"; a broker
+    without one is simply absent).
+
+    Kafka lists only the brokers that are up: a stopped broker drops out of
+    ``brokers`` but stays in the replica lists of the partitions it holds.
+    """
 
     partitions: Mapping[int, PartitionReplicas]
     brokers: frozenset[int]
     min_insync: int | None = None
+    addresses: Mapping[int, str] = field(default_factory=dict)
 
     def leader_of(self, partition: int) -> int | None:
         found = self.partitions.get(partition)
@@ -64,7 +80,11 @@ class ReplicaHealth:
 
     ``leaders``: canary partitions led, for every broker listed (0 for one that leads
     none); ``leaderless_brokers``: those brokers, sorted: a broker that leads no canary
-    partition is not measured by the probe.
+    partition is not measured by the probe. ``out_of_sync``: canary partitions where the
+    broker holds a replica that is not in the ISR, for every broker listed (0 for one
+    whose replicas are all in sync) and every broker that holds one (a stopped broker
+    is no longer listed, and every replica it holds is out of sync): the broker behind
+    "under-replicated".
     """
 
     partitions: int
@@ -74,6 +94,7 @@ class ReplicaHealth:
     min_insync: int | None
     leaders: Mapping[int, int]
     leaderless_brokers: tuple[int, ...]
+    out_of_sync: Mapping[int, int]
 
 
 def replica_health(topic: TopicReplicas) -> ReplicaHealth:
@@ -81,6 +102,7 @@ def replica_health(topic: TopicReplicas) -> ReplicaHealth:
     partitions = topic.partitions.values()
     led = Counter(p.leader for p in partitions if p.leader is not None)
     leaders = {broker: led.get(broker, 0) for broker in sorted(topic.brokers | led.keys())}
+    lagging = Counter(b for p in partitions for b in p.replicas if b not in p.isr)
     min_insync = topic.min_insync
     return ReplicaHealth(
         partitions=len(topic.partitions),
@@ -92,7 +114,53 @@ def replica_health(topic: TopicReplicas) -> ReplicaHealth:
         min_insync=min_insync,
         leaders=leaders,
         leaderless_brokers=tuple(b for b in sorted(topic.brokers) if not led.get(b)),
+        out_of_sync={b: lagging.get(b, 0) for b in sorted(topic.brokers | lagging.keys())},
     )
+
+
+class ReplicaProblem(StrEnum):
+    """What is wrong with a partition's replicas, worst first (a partition is listed
+    under its worst): no leader, so nothing is read or written; fewer in-sync replicas
+    than min.insync.replicas, so acks=all produces are refused; fewer in-sync replicas
+    than replicas, so one more failure may lose data or availability."""
+
+    OFFLINE = "offline"
+    UNDER_MIN_ISR = "under_min_isr"
+    UNDER_REPLICATED = "under_replicated"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProblem:
+    """A troubled partition: its worst problem, its leader (None: offline) and its
+    replicas missing from the ISR, in assignment order."""
+
+    partition: int
+    problem: ReplicaProblem
+    leader: int | None
+    missing: tuple[int, ...]
+
+
+def partition_problems(topic: TopicReplicas) -> tuple[PartitionProblem, ...]:
+    """Every partition in trouble, once, under its worst problem, by partition number.
+
+    A partition with fewer replicas than min.insync.replicas is under min ISR with
+    every replica in sync (nothing is missing: the topic's settings are at fault).
+    """
+    problems = []
+    min_insync = topic.min_insync or 0
+    for partition in topic.partitions.values():
+        in_sync = len(partition.isr)
+        if partition.leader is None:
+            problem = ReplicaProblem.OFFLINE
+        elif in_sync < min_insync:
+            problem = ReplicaProblem.UNDER_MIN_ISR
+        elif in_sync < len(partition.replicas):
+            problem = ReplicaProblem.UNDER_REPLICATED
+        else:
+            continue  # the common case, at every scrape: nothing more to look at
+        missing = tuple(b for b in partition.replicas if b not in partition.isr)
+        problems.append(PartitionProblem(partition.partition, problem, partition.leader, missing))
+    return tuple(sorted(problems, key=lambda found: found.partition))
 
 
 class PartitionRecord(Protocol):
@@ -113,15 +181,20 @@ class PartitionRecord(Protocol):
 
 
 def topic_replicas(
-    records: Iterable[PartitionRecord], brokers: Iterable[int], min_insync: int | None = None
+    records: Iterable[PartitionRecord],
+    brokers: Iterable[int],
+    min_insync: int | None = None,
+    addresses: Mapping[int, str] | None = None,
 ) -> TopicReplicas:
     """The client's view of one topic, as :class:`TopicReplicas`.
 
     >>> from collections import namedtuple
     >>> Record = namedtuple("Record", "partition leader replicas isr")
-    >>> topic = topic_replicas([Record(0, -1, [1, 2], [])], brokers=[1, 2])
-    >>> topic.leader_of(0) is None, topic.partitions[0].replicas
-    (True, (1, 2))
+    >>> topic = topic_replicas(
+    ...     [Record(0, -1, [1, 2], [])], brokers=[1, 2], addresses={1: "kafka-1:9092"}
+    ... )
+    >>> topic.leader_of(0) is None, topic.partitions[0].replicas, topic.addresses
+    (True, (1, 2), {1: 'kafka-1:9092'})
     """
     return TopicReplicas(
         {
@@ -135,4 +208,14 @@ def topic_replicas(
         },
         frozenset(brokers),
         min_insync,
+        dict(addresses or {}),
     )
+
+
+def broker_address(host: str, port: int) -> str:
+    """A broker's address as "host:port", an IPv6 host in brackets.
+
+    >>> broker_address("kafka-1.kafka", 9092), broker_address("::1", 9092)
+    ('kafka-1.kafka:9092', '[::1]:9092')
+    """
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -33,7 +33,7 @@ from probe.judge import (
     StreamKey,
 )
 from probe.keys import KeyRing, KeySource
-from probe.replicas import ReplicaHealth
+from probe.replicas import TopicReplicas
 from probe.transport import Arrival, Transport
 
 log = logging.getLogger(__name__)
@@ -76,13 +76,17 @@ class TargetRecorder(Protocol):
 
     def acked(self, target: str, seconds: float) -> None: ...
 
-    def produce_failed(self, target: str, reason: ProduceFailure) -> None: ...
+    def produce_failed(
+        self, target: str, reason: ProduceFailure, broker: int | None = None
+    ) -> None:
+        """``broker``: the one that led the canary's partition (None: unknown)."""
 
     def target_ready(self, target: str, ready: bool) -> None: ...
 
     def target_partitions(self, target: str, count: int) -> None: ...
 
-    def target_replicas(self, target: str, health: ReplicaHealth) -> None: ...
+    def target_replicas(self, target: str, topic: TopicReplicas) -> None:
+        """The canary topic's leaders, replicas and ISR after a metadata refresh."""
 
     def reconnected(self, target: str) -> None: ...
 

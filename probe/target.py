@@ -302,7 +302,7 @@ class TargetProbe:
         if self._metrics is not None:
             self._metrics.target_partitions(self.target, len(partitions))
             if self.replicas is not None:
-                self._metrics.target_replicas(self.target, replica_health(self.replicas))
+                self._metrics.target_replicas(self.target, self.replicas)
         problems = [
             await self._cover_reader(name, reader, timeout)
             for name, reader in self._readers.items()

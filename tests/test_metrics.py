@@ -19,7 +19,7 @@ from probe.canary import Canary
 from probe.config import load
 from probe.embedded import EmbeddedBroker
 from probe.endpoints import MetricsServer, build_app, exposition
-from probe.errors import ConfigError, RejectReason
+from probe.errors import ConfigError, ProduceFailure, RejectReason
 from probe.judge import Fate, Judge, JudgePolicy, Outcome, OwnProbe, StreamKey
 from probe.metrics import (
     PartitionSeries,
@@ -28,8 +28,8 @@ from probe.metrics import (
     service_metrics,
     stale_after,
 )
-from probe.replicas import replica_health
-from tests.conftest import RunningProbe, parse_samples, run_args, sample, wait_for
+from probe.replicas import PartitionReplicas, TopicReplicas
+from tests.conftest import RunningProbe, Samples, parse_samples, run_args, sample, wait_for
 from tests.test_replicas import recorded_topic
 
 SECOND = 1_000_000_000
@@ -270,7 +270,7 @@ def test_recorded_three_broker_metadata_becomes_per_broker_series() -> None:
     metrics.declare_target("kafka")
     metrics.declare_stage("kafka", "consumer", judge)
     topic = recorded_topic()
-    metrics.target_replicas("kafka", replica_health(topic))
+    metrics.target_replicas("kafka", topic)
     samples = _samples(registry)
     assert sample(samples, "synthetic_sla_brokers") == 3
     assert sample(samples, "synthetic_sla_partitions_offline") == 1
@@ -280,6 +280,37 @@ def test_recorded_three_broker_metadata_becomes_per_broker_series() -> None:
     assert sample(samples, "synthetic_sla_brokers_without_canary_leader") == 1
     led = {b: sample(samples, "synthetic_sla_broker_leader_partitions", broker=b) for b in "123"}
     assert led == {"1": 3, "2": 2, "3": 0}
+    # Broker 3 is the one missing from the ISR of partitions 2, 4 and 5.
+    assert _by(samples, "synthetic_sla_broker_replicas_out_of_sync", "broker") == {
+        ("1",): 1,
+        ("2",): 2,
+        ("3",): 3,
+    }
+    assert _by(samples, "synthetic_sla_broker_info", "broker", "address") == {
+        ("1", "kafka-1.kafka.svc:9092"): 1,
+        ("2", "kafka-2.kafka.svc:9092"): 1,
+        ("3", "kafka-3.kafka.svc:9092"): 1,
+    }
+    # Partition 2 is offline: it has a problem, and no leader.
+    assert _by(samples, "synthetic_sla_partition_leader", "partition", "broker") == {
+        ("0", "1"): 1,
+        ("1", "2"): 1,
+        ("3", "1"): 1,
+        ("4", "2"): 1,
+        ("5", "1"): 1,
+    }
+    assert _by(
+        samples, "synthetic_sla_partition_replica_problem", "partition", "leader", "problem"
+    ) == {
+        ("2", "none", "offline"): 1,
+        ("4", "2", "under_replicated"): 1,
+        ("5", "1", "under_min_isr"): 1,
+    }
+    for broker in "123":
+        for reason in ProduceFailure:
+            labels = {"broker": broker, "reason": reason.value}
+            key = ("synthetic_sla_broker_produce_errors_total", _labels(target="kafka", **labels))
+            assert samples[key] == 0
     # Every broker's outcome series exists at zero, the one leading nothing too.
     for broker in "123":
         key = (
@@ -303,3 +334,178 @@ def test_recorded_three_broker_metadata_becomes_per_broker_series() -> None:
     assert sample(samples, "synthetic_sla_broker_canaries_total", broker="2", outcome="lost") == 1
     assert sample(samples, "synthetic_sla_broker_e2e_latency_seconds_count", broker="2") == 1
     assert sample(samples, "synthetic_sla_canaries_total", outcome="delivered") == 2
+
+
+def _labels(**labels: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+def _by(samples: Samples, name: str, *labels: str) -> dict[tuple[str, ...], float]:
+    """The samples of ``name``, keyed by the values of ``labels``."""
+    return {
+        tuple(dict(sample_labels)[label] for label in labels): value
+        for (sample_name, sample_labels), value in samples.items()
+        if sample_name == name
+    }
+
+
+def _p(partition: int, leader: int | None, replicas: str, isr: str) -> PartitionReplicas:
+    return PartitionReplicas(
+        partition, leader, tuple(int(b) for b in replicas), tuple(int(b) for b in isr)
+    )
+
+
+def _topic(*partitions: PartitionReplicas, brokers: str, min_insync: int = 2) -> TopicReplicas:
+    listed = frozenset(int(b) for b in brokers)
+    return TopicReplicas(
+        {p.partition: p for p in partitions},
+        listed,
+        min_insync,
+        {b: f"kafka-{b}:9092" for b in listed},
+    )
+
+
+def test_the_replica_series_follow_the_metadata_and_none_linger() -> None:
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    metrics.declare_target("kafka")
+    problems = "synthetic_sla_partition_replica_problem"
+    # Broker 3 is down: no longer listed, out of every ISR; partition 1 moved to 2.
+    metrics.target_replicas(
+        "kafka", _topic(_p(0, 1, "123", "12"), _p(1, 2, "321", "21"), brokers="12")
+    )
+    samples = _samples(registry)
+    assert _by(samples, "synthetic_sla_broker_replicas_out_of_sync", "broker") == {
+        ("1",): 0,
+        ("2",): 0,
+        ("3",): 2,
+    }
+    assert _by(samples, "synthetic_sla_broker_info", "broker") == {("1",): 1, ("2",): 1}
+    assert _by(samples, problems, "partition", "leader", "problem") == {
+        ("0", "1", "under_replicated"): 1,
+        ("1", "2", "under_replicated"): 1,
+    }
+    # Broker 3 never seen before still gets its per-broker series, at zero.
+    assert sample(samples, "synthetic_sla_broker_leader_partitions", broker="3") == 0
+    assert (
+        "synthetic_sla_broker_produce_errors_total",
+        _labels(broker="3", reason="timeout", target="kafka"),
+    ) in samples
+
+    # Broker 3 is back and in sync: its problems are gone, its gauges at 0.
+    metrics.target_replicas(
+        "kafka", _topic(_p(0, 1, "123", "123"), _p(1, 3, "321", "321"), brokers="123")
+    )
+    samples = _samples(registry)
+    assert _by(samples, problems, "partition") == {}
+    assert _by(samples, "synthetic_sla_broker_replicas_out_of_sync", "broker") == {
+        ("1",): 0,
+        ("2",): 0,
+        ("3",): 0,
+    }
+    assert _by(samples, "synthetic_sla_partition_leader", "partition", "broker") == {
+        ("0", "1"): 1,
+        ("1", "3"): 1,
+    }
+
+    # Broker 2 is decommissioned, its replicas moved away: its info series is gone,
+    # its gauges are 0 and its counters stay.
+    metrics.produce_failed("kafka", ProduceFailure.TIMEOUT, broker=2)
+    metrics.target_replicas(
+        "kafka", _topic(_p(0, 1, "13", "13"), _p(1, 3, "31", "31"), brokers="13")
+    )
+    samples = _samples(registry)
+    assert _by(samples, "synthetic_sla_broker_info", "broker") == {("1",): 1, ("3",): 1}
+    assert sample(samples, "synthetic_sla_broker_replicas_out_of_sync", broker="2") == 0
+    assert sample(samples, "synthetic_sla_broker_leader_partitions", broker="2") == 0
+    assert sample(samples, "synthetic_sla_broker_produce_errors_total", broker="2") == 1
+
+
+def test_produce_errors_count_against_the_broker_that_led_the_partition() -> None:
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    metrics.declare_target("kafka")
+    metrics.target_replicas("kafka", _topic(_p(0, 1, "12", "12"), brokers="12"))
+    metrics.produce_failed("kafka", ProduceFailure.NOT_ENOUGH_REPLICAS, broker=1)
+    metrics.produce_failed("kafka", ProduceFailure.NOT_ENOUGH_REPLICAS, broker=1)
+    metrics.produce_failed("kafka", ProduceFailure.TIMEOUT)  # leader unknown
+    samples = _samples(registry)
+    per_broker = "synthetic_sla_broker_produce_errors_total"
+    assert sample(samples, per_broker, broker="1", reason="not_enough_replicas") == 2
+    assert sample(samples, per_broker, broker="2") == 0
+    assert sample(samples, per_broker, reason="timeout") == 0
+    # The target's own counter counts every failure, the broker known or not.
+    assert sample(samples, "synthetic_sla_produce_errors_total", reason="not_enough_replicas") == 2
+    assert sample(samples, "synthetic_sla_produce_errors_total", reason="timeout") == 1
+
+
+@pytest.mark.parametrize(
+    ("mode", "leaders", "problems"),
+    [
+        (PartitionSeries.ALL, {0: "1", 1: "2", 2: "1"}, {2: "under_replicated", 3: "offline"}),
+        (PartitionSeries.STALE, {1: "2", 2: "1"}, {2: "under_replicated", 3: "offline"}),
+        (PartitionSeries.NONE, {}, {}),
+    ],
+)
+def test_leader_and_problem_series_follow_the_partition_series_setting(
+    mode: PartitionSeries, leaders: dict[int, str], problems: dict[int, str]
+) -> None:
+    clock = Clock()
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(
+        registry, clock_ns=clock, partition_series=mode, stale_after_s={"consumer": 25.0}
+    )
+    judge = Judge(JudgePolicy(freshness_ns=5 * SECOND, loss_timeout_ns=60 * SECOND), own=OWN)
+    metrics.declare_target("kafka")
+    metrics.declare_stage("kafka", "consumer", judge)
+    for partition in range(4):
+        judge.watch(StreamKey("p1", "kafka", partition), 0)
+    clock.now_ns = 100 * SECOND
+    # 0: fresh and healthy; 1: stale and healthy; 2: fresh and under-replicated;
+    # 3: stale and offline (no leader to name).
+    for partition in (0, 2):
+        canary = Canary("p1", 1, "kafka", partition, 0, produced_ns=90 * SECOND)
+        judge.on_arrived(canary, 91 * SECOND)
+    metrics.target_replicas(
+        "kafka",
+        _topic(
+            _p(0, 1, "12", "12"),
+            _p(1, 2, "21", "21"),
+            _p(2, 1, "12", "1"),
+            _p(3, None, "21", ""),
+            brokers="12",
+            min_insync=1,
+        ),
+    )
+    for body in (
+        _samples(registry),
+        parse_samples(exposition(registry, "")[0].decode()),
+        _openmetrics_samples(exposition(registry, "application/openmetrics-text")[0]),
+    ):
+        found = _by(body, "synthetic_sla_partition_leader", "partition", "broker")
+        assert found == {(str(p), b): 1 for p, b in leaders.items()}
+        found = _by(body, "synthetic_sla_partition_replica_problem", "partition", "problem")
+        assert found == {(str(p), problem): 1 for p, problem in problems.items()}
+        # Per broker, not per partition: in every mode.
+        assert _by(body, "synthetic_sla_broker_info", "broker", "address") == {
+            ("1", "kafka-1:9092"): 1,
+            ("2", "kafka-2:9092"): 1,
+        }
+        assert _by(body, "synthetic_sla_broker_replicas_out_of_sync", "broker") == {
+            ("1",): 1,
+            ("2",): 2,
+        }
+
+
+def test_promtool_finds_nothing_to_say_about_the_replica_series() -> None:
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    metrics.declare_target("kafka")
+    metrics.target_replicas("kafka", recorded_topic())
+    metrics.produce_failed("kafka", ProduceFailure.NOT_ENOUGH_REPLICAS, broker=1)
+    text = exposition(registry, "")[0].decode()
+    assert "synthetic_sla_partition_replica_problem{" in text
+    result = _promtool_lint(text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == ""
+    assert result.stderr.strip() == ""

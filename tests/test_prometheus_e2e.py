@@ -30,7 +30,16 @@ from tests.conftest import RunningProbe, run_args, wait_for
 ROOT = Path(__file__).resolve().parent.parent
 PLAIN_RULES = ROOT / "charts" / "prometheus" / "synthetic-sla-probe.rules.yml"
 DASHBOARD = ROOT / "charts" / "synthetic-sla-probe" / "dashboards" / "synthetic-sla-probe.json"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
 AVAILABILITY = 'target_stage:synthetic_sla_availability:ratio_rate5m{stage="consumer"}'
+# The runbooks' one-step join from a partition to its leader broker and that broker's address.
+PARTITION_TO_BROKER = """
+sort_desc(
+  synthetic_sla_partition_staleness_seconds{target="<target>",stage="<stage>"}
+  * on (target, partition) group_left (broker) synthetic_sla_partition_leader
+  * on (target, broker) group_left (address) synthetic_sla_broker_info
+)
+"""
 
 
 class Prometheus:
@@ -173,6 +182,18 @@ def test_prometheus_measures_the_slo_of_a_running_probe(
         # another group's rules may get its first data an evaluation later.
         if not any(word in query for word in ("spark", "watermark", "reconciliation")):
             wait_for(lambda q=query: prometheus.query(q), timeout=15, what=f"data for {query}")
+
+    # The runbooks' join names every partition's leader broker and its address.
+    assert " ".join(PARTITION_TO_BROKER.split()) in " ".join(RUNBOOKS.read_text().split())
+    join = PARTITION_TO_BROKER.replace("<target>", "kafka").replace("<stage>", "consumer")
+    joined = wait_for(lambda: prometheus.query(join), timeout=15, what="the partition join")
+    staleness = prometheus.query('synthetic_sla_partition_staleness_seconds{stage="consumer"}')
+    assert {row["metric"]["partition"] for row in joined} == {
+        row["metric"]["partition"] for row in staleness
+    }
+    for row in joined:
+        assert row["metric"]["address"] == own_broker.bootstrap_servers, row
+        assert row["metric"]["broker"], row
 
     own_broker.stop()
 

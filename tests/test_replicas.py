@@ -1,4 +1,5 @@
-"""Replica health: leaders, replicas and ISR counted, from the shape the clients hold.
+"""Replica health: leaders, replicas and ISR counted, and the troubled partitions and
+the brokers behind them named, from the shape the clients hold.
 
 Table-driven over hand-built topics, and over recorded 3-broker metadata in the shape
 aiokafka's ClusterMetadata holds it (tests/data/metadata_3_brokers.json); the real
@@ -7,13 +8,24 @@ broker's metadata is mapped in tests/test_target.py.
 
 from __future__ import annotations
 
+import doctest
 import json
 from pathlib import Path
 
 import pytest
-from aiokafka.structs import PartitionMetadata
+from aiokafka.structs import BrokerMetadata, PartitionMetadata
 
-from probe.replicas import PartitionReplicas, TopicReplicas, replica_health, topic_replicas
+import probe.replicas
+from probe.replicas import (
+    PartitionProblem,
+    PartitionReplicas,
+    ReplicaProblem,
+    TopicReplicas,
+    broker_address,
+    partition_problems,
+    replica_health,
+    topic_replicas,
+)
 
 RECORDED = Path(__file__).parent / "data" / "metadata_3_brokers.json"
 
@@ -21,7 +33,14 @@ RECORDED = Path(__file__).parent / "data" / "metadata_3_brokers.json"
 def recorded_topic() -> TopicReplicas:
     data = json.loads(RECORDED.read_text())
     records = [PartitionMetadata(**p) for p in data["partitions"]]
-    return topic_replicas(records, data["brokers"], data["min_insync"])
+    brokers = [BrokerMetadata(**b) for b in data["brokers"]]
+    # As probe.transport.kafka maps the client's brokers.
+    addresses = {b.nodeId: broker_address(b.host, b.port) for b in brokers}
+    return topic_replicas(records, [b.nodeId for b in brokers], data["min_insync"], addresses)
+
+
+def test_the_examples_in_the_module_hold() -> None:
+    assert doctest.testmod(probe.replicas).failed == 0
 
 
 def _p(partition: int, leader: int | None, replicas: str, isr: str) -> PartitionReplicas:
@@ -98,3 +117,95 @@ def test_recorded_three_broker_metadata() -> None:
     assert health.under_min_isr == 2  # 2 and 5 hold fewer than 2 in sync
     assert dict(health.leaders) == {1: 3, 2: 2, 3: 0}
     assert health.leaderless_brokers == (3,)
+    assert dict(health.out_of_sync) == {1: 1, 2: 2, 3: 3}  # 3 is missing from 2, 4 and 5
+    assert topic.addresses == {
+        1: "kafka-1.kafka.svc:9092",
+        2: "kafka-2.kafka.svc:9092",
+        3: "kafka-3.kafka.svc:9092",
+    }
+    assert partition_problems(topic) == (
+        PartitionProblem(2, ReplicaProblem.OFFLINE, None, (3, 1, 2)),
+        PartitionProblem(4, ReplicaProblem.UNDER_REPLICATED, 2, (3,)),
+        PartitionProblem(5, ReplicaProblem.UNDER_MIN_ISR, 1, (3, 2)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "topic", "out_of_sync"),
+    [
+        ("all in sync", TopicReplicas({0: _p(0, 1, "12", "12")}, frozenset({1, 2})), {1: 0, 2: 0}),
+        (
+            "a stopped broker: no longer listed, every replica it holds out of sync",
+            TopicReplicas(
+                {0: _p(0, 1, "123", "12"), 1: _p(1, 2, "312", "12"), 2: _p(2, 1, "12", "12")},
+                frozenset({1, 2}),
+            ),
+            {1: 0, 2: 0, 3: 2},
+        ),
+        (
+            "offline with an empty ISR: every replica out of sync",
+            TopicReplicas({0: _p(0, None, "12", "")}, frozenset({1, 2})),
+            {1: 1, 2: 1},
+        ),
+        ("no partitions", TopicReplicas({}, frozenset({1})), {1: 0}),
+    ],
+)
+def test_out_of_sync_names_the_brokers_behind_under_replicated(
+    name: str, topic: TopicReplicas, out_of_sync: dict[int, int]
+) -> None:
+    assert dict(replica_health(topic).out_of_sync) == out_of_sync, name
+
+
+@pytest.mark.parametrize(
+    ("name", "partition", "min_insync", "expected"),
+    [
+        ("healthy", _p(0, 1, "123", "123"), 2, None),
+        ("a follower behind", _p(0, 1, "123", "12"), 2, (ReplicaProblem.UNDER_REPLICATED, (3,))),
+        (
+            "the leader alone in sync",
+            _p(0, 1, "123", "1"),
+            2,
+            (ReplicaProblem.UNDER_MIN_ISR, (2, 3)),
+        ),
+        (
+            "the leader alone, min ISR unknown: only under-replicated",
+            _p(0, 1, "123", "1"),
+            None,
+            (ReplicaProblem.UNDER_REPLICATED, (2, 3)),
+        ),
+        (
+            "fewer replicas than min ISR: nothing missing, still refused",
+            _p(0, 1, "1", "1"),
+            2,
+            (ReplicaProblem.UNDER_MIN_ISR, ()),
+        ),
+        ("no leader is worst of all", _p(0, None, "123", "1"), 2, (ReplicaProblem.OFFLINE, (2, 3))),
+        (
+            "no leader with every replica in sync (the ISR not yet shrunk)",
+            _p(0, None, "12", "12"),
+            1,
+            (ReplicaProblem.OFFLINE, ()),
+        ),
+    ],
+)
+def test_partition_problems_name_each_partition_once_under_its_worst(
+    name: str,
+    partition: PartitionReplicas,
+    min_insync: int | None,
+    expected: tuple[ReplicaProblem, tuple[int, ...]] | None,
+) -> None:
+    topic = TopicReplicas({0: partition}, frozenset({1, 2, 3}), min_insync)
+    problems = partition_problems(topic)
+    if expected is None:
+        assert problems == (), name
+    else:
+        problem, missing = expected
+        assert problems == (PartitionProblem(0, problem, partition.leader, missing),), name
+
+
+def test_partition_problems_are_listed_by_partition_number() -> None:
+    topic = TopicReplicas(
+        {7: _p(7, 1, "12", "1"), 3: _p(3, None, "12", ""), 5: _p(5, 2, "21", "21")},
+        frozenset({1, 2}),
+    )
+    assert [p.partition for p in partition_problems(topic)] == [3, 7]

@@ -325,3 +325,12 @@ async def test_the_real_brokers_metadata_becomes_per_broker_series(
     assert value("synthetic_sla_broker_canaries_total", **delivered) == 8
     latency = {"stage": "consumer", "broker": str(node)}
     assert value("synthetic_sla_broker_e2e_latency_seconds_count", **latency) == 8
+    # The broker's address as its metadata advertises it, and who leads each partition.
+    assert probe.replicas.addresses == {node: broker.bootstrap_servers}
+    address = {"broker": str(node), "address": broker.bootstrap_servers}
+    assert value("synthetic_sla_broker_info", **address) == 1
+    for partition in range(4):
+        assert (
+            value("synthetic_sla_partition_leader", partition=str(partition), broker=str(node)) == 1
+        )
+    assert value("synthetic_sla_broker_replicas_out_of_sync", broker=str(node)) == 0

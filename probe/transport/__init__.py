@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from probe.config import ProbeConfig, StageName, TargetKind
+from probe.errors import ProduceFailure
 from probe.leadership import LeaderPlan
 from probe.replicas import TopicReplicas
 
@@ -72,6 +73,12 @@ class Transport(Protocol):
 
     def destination(self, partition: int) -> str:
         """The topic a canary to this partition is written to (messaging.destination.name)."""
+
+    def refused(self, partition: int, since: float) -> ProduceFailure | None:
+        """Why the broker refused the partition's writes since ``since`` (monotonic
+        seconds), when a send timed out while the client retried: the broker's own
+        reason (not enough replicas) says more than the timeout. None if it did not
+        answer or the transport cannot tell."""
 
     async def send(
         self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None

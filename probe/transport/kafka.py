@@ -49,8 +49,8 @@ from aiokafka.helpers import create_ssl_context
 from probe.config import KafkaConfig
 from probe.errors import ProduceFailed, ProduceFailure, TransportError
 from probe.leadership import LeaderPlan
-from probe.replicas import TopicReplicas, topic_replicas
-from probe.transport import Arrival
+from probe.replicas import TopicReplicas, broker_address, topic_replicas
+from probe.transport import Arrival, kafka_refusals
 from probe.transport.kafka_leaders import carry_out
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,7 @@ class KafkaTransport:
             auto_offset_reset="earliest",
         )
         self._options = options
+        self._refusals = kafka_refusals.install(produce_failure_reason)
         self._hold = hold
         self._writes = writes
         self._follow_above = FOLLOW_ABOVE if follow_above is None else follow_above
@@ -192,7 +193,17 @@ class KafkaTransport:
         that refuses a producer id (InitProducerId) gets a plain acks=all producer. A
         broker that cannot be reached is no refusal: that error goes up as it is."""
         try:
-            await self._producer.start()
+            # aiokafka asks for a producer id until it gets one: a cluster that cannot
+            # grant it (its controller quorum lost) would hold the start forever.
+            async with asyncio.timeout(self._config.send_timeout):
+                await self._producer.start()
+        except TimeoutError:
+            await self._producer.stop()
+            raise TransportError(
+                f"{self._config.bootstrap_servers}: no producer id granted within "
+                f"{self._config.send_timeout:g}s (an idempotent producer waits for the "
+                "controller quorum; kafka.idempotence: false produces without one)"
+            ) from None
         except KafkaConnectionError:
             raise
         except KafkaError as exc:
@@ -213,6 +224,9 @@ class KafkaTransport:
         try:
             await self._start_producer()
             await self._consumer.start()
+        except TransportError:
+            await self.close()
+            raise
         except KafkaError as exc:
             await self.close()
             raise TransportError(
@@ -285,8 +299,15 @@ class KafkaTransport:
         records = getattr(cluster, "_partitions", {}).get(self._topic)
         if not records:
             return None
-        brokers = [b.nodeId for b in cluster.brokers() if isinstance(b.nodeId, int)]
-        return topic_replicas(records.values(), brokers, self._min_insync)
+        # Before the first metadata answer aiokafka lists its bootstrap servers, with
+        # ids like "bootstrap-0": they are no brokers of the cluster.
+        brokers = [b for b in cluster.brokers() if isinstance(b.nodeId, int)]
+        return topic_replicas(
+            records.values(),
+            [b.nodeId for b in brokers],
+            self._min_insync,
+            {b.nodeId: broker_address(b.host, b.port) for b in brokers},
+        )
 
     async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
         try:
@@ -454,6 +475,9 @@ class KafkaTransport:
             self._consumer.seek(tp, self._positions[tp.partition])
         self._reading = partitions
         return True
+
+    def refused(self, partition: int, since: float) -> ProduceFailure | None:
+        return self._refusals.since(self._topic, partition, since)
 
     def destination(self, partition: int) -> str:
         return self._topic

@@ -160,6 +160,9 @@ class MqttTransport:
         if not self._subscribed.is_set():
             raise TransportError(f"subscriber: {self._subscriber_problem}")
 
+    def refused(self, partition: int, since: float) -> ProduceFailure | None:
+        return None  # a PUBACK that never came has no reason
+
     def destination(self, partition: int) -> str:
         return self.topic(partition)
 

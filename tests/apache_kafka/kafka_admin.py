@@ -46,14 +46,14 @@ def under_min_isr(partitions: dict[int, Described], min_insync: int) -> int:
 
 
 def create_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int = 3) -> None:
-    futures = admin(bootstrap_servers).create_topics(
-        [NewTopic(topic, partitions, replication)], operation_timeout=30
-    )
+    client = admin(bootstrap_servers)  # held: a collected client fails its futures
+    futures = client.create_topics([NewTopic(topic, partitions, replication)], operation_timeout=30)
     futures[topic].result(timeout=60)
 
 
 def delete_topic(bootstrap_servers: str, topic: str) -> None:
-    admin(bootstrap_servers).delete_topics([topic], operation_timeout=30)[topic].result(60)
+    client = admin(bootstrap_servers)
+    client.delete_topics([topic], operation_timeout=30)[topic].result(60)
 
 
 def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
