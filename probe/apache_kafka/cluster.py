@@ -157,26 +157,35 @@ class KafkaNode(LoopbackServer):
         controller_port: int,
         voters: str,
         settings: Mapping[str, str],
+        advertised_port: int | None = None,
     ) -> None:
         super().__init__(port, log_file=directory / "server.log")
         self.node_id = node_id
         self.name = f"kafka node {node_id}"
         self.controller_port = controller_port
+        self.internal_port = free_loopback_port()
+        self.advertised_port = advertised_port or port
         self.directory = directory
         self._libs = libs
         self.properties = directory / "server.properties"
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "log4j2.properties").write_text(_LOG4J2)
-        listener = f"PLAINTEXT://127.0.0.1:{port}"
+        # Clients (EXTERNAL) and replication (INTERNAL) on listeners of their own: a
+        # game day that puts a proxy in front of a broker's clients (advertised_port)
+        # cuts the probe off from it while the brokers still replicate.
+        internal = f"INTERNAL://127.0.0.1:{self.internal_port}"
         lines = {
             "process.roles": "broker,controller",
             "node.id": str(node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"{listener},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": listener,
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listeners": f"EXTERNAL://127.0.0.1:{port},{internal},"
+            f"CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"EXTERNAL://127.0.0.1:{self.advertised_port},{internal}",
+            "listener.security.protocol.map": (
+                "EXTERNAL:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            ),
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
             "log.dirs": str(directory / "data"),
             **settings,
         }
@@ -247,6 +256,7 @@ class KafkaCluster(Started):
         workdir: Path,
         settings: Mapping[str, str] | None = None,
         libs: Path | None = None,
+        advertised_ports: Mapping[int, int] | None = None,
     ) -> None:
         self.libs = libs or libs_dir()
         self.workdir = workdir
@@ -263,6 +273,7 @@ class KafkaCluster(Started):
                 controller_port=controller,
                 voters=voters,
                 settings=merged,
+                advertised_port=(advertised_ports or {}).get(i),
             )
             for i, (port, controller) in enumerate(ports, start=1)
         }
@@ -270,7 +281,8 @@ class KafkaCluster(Started):
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes.values())
+        """The client listeners' addresses as advertised (through proxies, if any)."""
+        return ",".join(f"127.0.0.1:{n.advertised_port}" for n in self.nodes.values())
 
     def node(self, node_id: int) -> KafkaNode:
         return self.nodes[node_id]
