@@ -1,0 +1,205 @@
+"""The probe through broker faults on a cluster of its own (each test breaks it): what
+it measures must agree with what Kafka's admin API describes, no canary is lost that
+Kafka kept, and the broker at fault is named."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from probe.apache_kafka.cluster import KafkaCluster
+from probe.embedded import free_loopback_port
+from probe.gameday.faults.proxy import TcpProxy
+from tests.apache_kafka.kafka_admin import (
+    describe,
+    leaders,
+    under_min_isr,
+    under_replicated,
+)
+from tests.conftest import RunningProbe, run_args, sample, wait_for
+
+PARTITIONS = 6  # two led by each broker
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[KafkaCluster]:
+    """A cluster that does not move leaders back itself (Kafka's own preferred-leader
+    rebalance is off), so a broker that leads again after a restart was given the lead
+    by the probe's topic management."""
+    with KafkaCluster(
+        workdir=tmp_path / "kafka", settings={"auto.leader.rebalance.enable": "false"}
+    ) as running:
+        yield running
+
+
+def probe_on(
+    start_probe: Callable[..., RunningProbe],
+    bootstrap_servers: str,
+    topic: str,
+    key_file: Path,
+    tmp_path: Path,
+    **judge: str,
+) -> RunningProbe:
+    config = tmp_path / "probe.yaml"
+    config.write_text(yaml.safe_dump({"kafka": {"partitions": PARTITIONS}, "judge": judge}))
+    return start_probe(*run_args(bootstrap_servers, topic, key_file), "--config", str(config))
+
+
+def delivered_by(probe: RunningProbe, broker: int) -> float:
+    return sample(
+        probe.metrics(), "synthetic_sla_broker_canaries_total", broker=str(broker),
+        outcome="delivered", stage="consumer",
+    )  # fmt: skip
+
+
+def test_one_broker_stopped_loses_nothing_names_the_broker_and_leads_again_once_back(
+    cluster: KafkaCluster,
+    topic: str,
+    key_file: Path,
+    tmp_path: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    servers = cluster.bootstrap_servers
+    probe = probe_on(start_probe, servers, topic, key_file, tmp_path)
+    wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
+             what="canaries through every broker")  # fmt: skip
+
+    cluster.node(3).stop()
+
+    def agrees_with_kafka() -> bool:
+        described = describe(servers, topic)
+        samples = probe.metrics()
+        return (
+            3 not in leaders(described)
+            and under_replicated(described) == PARTITIONS
+            and sample(samples, "synthetic_sla_partitions_under_replicated") == PARTITIONS
+            and sample(samples, "synthetic_sla_broker_replicas_out_of_sync", broker="3")
+            == PARTITIONS
+            and sample(samples, "synthetic_sla_broker_replicas_out_of_sync", broker="1") == 0
+            and sample(samples, "synthetic_sla_partitions_under_min_isr") == 0
+        )
+
+    wait_for(agrees_with_kafka, timeout=60, what="the stopped broker named, as Kafka says")
+    problems = {
+        labels: value
+        for (name, labels), value in probe.metrics().items()
+        if name == "synthetic_sla_partition_replica_problem"
+    }
+    assert len(problems) == PARTITIONS
+    assert all(dict(labels)["problem"] == "under_replicated" for labels in problems)
+    # Rounds go on with two brokers: min ISR 2 is met, every write is acknowledged.
+    before = probe.canaries("delivered")
+    wait_for(lambda: probe.canaries("delivered") >= before + 3 * PARTITIONS, timeout=60,
+             what="three more rounds delivered with a broker down")  # fmt: skip
+
+    cluster.node(3).start()
+    cluster.wait_ready()
+
+    def healed_and_leading() -> bool:
+        described = describe(servers, topic)
+        return (
+            under_replicated(described) == 0
+            and leaders(described) == {1, 2, 3}
+            and sample(probe.metrics(), "synthetic_sla_partitions_under_replicated") == 0
+        )
+
+    wait_for(healed_and_leading, timeout=120, what="every broker in sync and leading again")
+    wait_for(lambda: delivered_by(probe, 3) > 0, timeout=30, what="broker 3 measured again")
+    for outcome in ("lost", "late", "produce_failed"):
+        assert probe.canaries(outcome) == 0, outcome
+
+
+def test_two_brokers_down_refuses_writes_and_names_the_partitions_under_min_isr(
+    cluster: KafkaCluster,
+    topic: str,
+    key_file: Path,
+    tmp_path: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    servers = cluster.bootstrap_servers
+    probe = probe_on(start_probe, servers, topic, key_file, tmp_path)
+    wait_for(lambda: probe.canaries("delivered") >= PARTITIONS, timeout=90, what="a round")
+
+    cluster.node(2).stop()
+    cluster.node(3).stop()
+
+    def refused_as_kafka_says() -> bool:
+        samples = probe.metrics()
+        return (
+            sample(samples, "synthetic_sla_produce_errors_total", reason="not_enough_replicas") > 0
+            and sample(samples, "synthetic_sla_partitions_under_min_isr")
+            == under_min_isr(describe(servers, topic), 2)
+            == PARTITIONS
+        )
+
+    wait_for(refused_as_kafka_says, timeout=90, what="writes refused, partitions under min ISR")
+    samples = probe.metrics()
+    assert sample(samples, "synthetic_sla_broker_produce_errors_total", broker="1",
+                  reason="not_enough_replicas") > 0  # fmt: skip
+    troubled = [
+        dict(labels)
+        for (name, labels), _ in samples.items()
+        if name == "synthetic_sla_partition_replica_problem"
+    ]
+    assert sorted(int(t["partition"]) for t in troubled) == list(range(PARTITIONS))
+    assert {t["problem"] for t in troubled} == {"under_min_isr"}
+    assert {t["leader"] for t in troubled} == {"1"}
+    for broker in ("2", "3"):
+        assert sample(samples, "synthetic_sla_broker_replicas_out_of_sync", broker=broker) == (
+            PARTITIONS
+        )
+    assert probe.canaries("produce_failed") > 0
+    assert probe.canaries("lost") == 0, "a refused write is produce_failed, not lost"
+
+    cluster.node(2).start()
+    cluster.node(3).start()
+    cluster.wait_ready()
+    failed = probe.canaries("produce_failed")
+    wait_for(
+        lambda: (
+            probe.canaries("delivered") >= failed + 2 * PARTITIONS
+            and sample(probe.metrics(), "synthetic_sla_partitions_under_min_isr") == 0
+        ),
+        timeout=120,
+        what="writes acknowledged again",
+    )
+
+
+def test_a_slow_broker_is_the_one_its_late_canaries_are_attributed_to(
+    tmp_path: Path,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    # Clients reach each broker through a proxy of its own (the address it
+    # advertises); replication goes direct. Proxies first: the cluster is ready when
+    # its advertised addresses answer.
+    advertised = {node: free_loopback_port() for node in (1, 2, 3)}
+    cluster = KafkaCluster(workdir=tmp_path / "kafka", advertised_ports=advertised)
+    proxies = {n: TcpProxy(cluster.node(n).port, port=p) for n, p in advertised.items()}
+    for proxy in proxies.values():
+        proxy.start()
+    with cluster:
+        try:
+            probe = probe_on(
+                start_probe, cluster.bootstrap_servers, topic, key_file, tmp_path,
+                freshness="500ms", loss_timeout="20s",
+            )  # fmt: skip
+            wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
+                     what="canaries through every broker")  # fmt: skip
+
+            proxies[2].set_delay(0.8)
+
+            def late(broker: str) -> float:
+                return sample(probe.metrics(), "synthetic_sla_broker_canaries_total",
+                              broker=broker, outcome="late", stage="consumer")  # fmt: skip
+
+            wait_for(lambda: late("2") >= 2 * 2, timeout=60, what="broker 2's canaries late")
+            assert late("1") == late("3") == 0
+            assert probe.canaries("lost") == 0
+        finally:
+            for proxy in proxies.values():
+                proxy.stop()
