@@ -19,11 +19,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from probe.apache_kafka.cluster import KafkaCluster
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.keys import generate_key_ring
 from tests.mosquitto import Mosquitto
@@ -59,6 +60,51 @@ async def until(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {within}s waiting for {what}")
         await asyncio.sleep(every)
+
+
+# --- Apache Kafka: a three-broker KRaft cluster from its Maven Central jars -------------
+# ``kafka_cluster`` is shared by the session: a test on it may create topics but must
+# leave every broker running. A test that stops, kills or pauses a broker takes
+# ``own_kafka_cluster`` (or starts a KafkaCluster of its own). Their start times and
+# memory are printed in the run's summary.
+
+
+class KafkaBrokers(Protocol):
+    """A broker or a cluster the tests point clients at: the embedded broker, Apache
+    Kafka's cluster."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+
+STARTS: list[tuple[str, float, int]] = []
+
+
+def _started(cluster: KafkaCluster, what: str) -> KafkaCluster:
+    STARTS.append((what, cluster.started_in or 0.0, cluster.resident_bytes()))
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    with KafkaCluster(workdir=tmp_path_factory.mktemp("kafka")) as cluster:
+        yield _started(cluster, "shared")
+
+
+@pytest.fixture
+def own_kafka_cluster(tmp_path: Path) -> Iterator[KafkaCluster]:
+    with KafkaCluster(workdir=tmp_path / "kafka") as cluster:
+        yield _started(cluster, "own")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not STARTS:
+        return
+    terminalreporter.section("Apache Kafka clusters (3 KRaft nodes)")
+    for what, seconds, rss in STARTS:
+        terminalreporter.write_line(
+            f"{what}: ready in {seconds:.1f} s, {rss / 2**20:.0f} MiB resident after start"
+        )
 
 
 @pytest.fixture(scope="session")

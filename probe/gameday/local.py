@@ -4,7 +4,12 @@
                                   (faults)       (its metrics)      (shipped rules)
 
 The broker advertises the proxy's address, so every connection of every Kafka client
-goes through the proxy, where the network faults act. The probe is the real
+goes through the proxy, where the network faults act. With ``broker: apache-kafka``
+the broker is Apache Kafka's three KRaft nodes (``probe.apache_kafka``, `make
+kafka`), each behind a proxy of its own that it advertises to clients, while the
+nodes replicate on a listener of their own: a fault can cut the probe off from one
+broker and leave replication alone. The probe creates its topic (replication factor
+3) and bootstraps from the three proxies. The probe is the real
 ``sla-probe run`` in its own process, with a key file written by ``sla-probe keygen``
 and the scenario's live configuration; Prometheus scrapes it and evaluates the
 shipped rules file at the scenario's scrape interval.
@@ -35,6 +40,7 @@ from pathlib import Path
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from probe.apache_kafka.cluster import KafkaCluster, installed
 from probe.config import StageName
 from probe.embedded import EmbeddedBroker, Started, free_loopback_port
 from probe.errors import ProbeError
@@ -141,20 +147,28 @@ class ProbeProcess:
     def canaries(self, outcome: str, stage: str | None = None) -> float:
         """Canaries of `outcome` counted so far by `stage`, or by every stage (0 if
         unreachable)."""
+        counted = self.outcomes(stage)
+        return 0.0 if counted is None else counted.get(outcome, 0.0)
+
+    def outcomes(self, stage: str | None = None) -> dict[str, float] | None:
+        """Canaries counted so far by outcome, by `stage` or by every stage together
+        (None: the probe did not answer)."""
         try:
             url = f"http://127.0.0.1:{self.metrics_port}/metrics"
             with urllib.request.urlopen(url, timeout=2) as reply:
                 text = reply.read().decode()
         except (urllib.error.URLError, OSError):
-            return 0.0
-        return sum(
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == "synthetic_sla_canaries_total"
-            and sample.labels.get("outcome") == outcome
-            and stage in (None, sample.labels.get("stage"))
-        )
+            return None
+        counted: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "synthetic_sla_canaries_total" and stage in (
+                    None,
+                    sample.labels.get("stage"),
+                ):
+                    outcome = sample.labels.get("outcome", "")
+                    counted[outcome] = counted.get(outcome, 0.0) + sample.value
+        return counted
 
     def _exited(self) -> bool:
         return self._process is None or self._process.poll() is not None
@@ -184,9 +198,23 @@ class LocalEnvironment(Started):
         self.workdir = workdir
         self.config = scenario.probe_config()
         self.topic = f"gameday-{scenario.name}-{uuid.uuid4().hex[:6]}"
-        proxy_port = free_loopback_port()
-        self.broker = ProxiedBroker(proxy_port, log_file=workdir / "broker.log")
-        self.proxy = TcpProxy(self.broker.port, port=proxy_port, kafka=True)
+        self.broker: ProxiedBroker | None = None
+        self.proxy: TcpProxy | None = None
+        self.cluster: KafkaCluster | None = None
+        self.broker_proxies: dict[int, TcpProxy] = {}
+        if scenario.broker == "apache-kafka":
+            # The proxies' ports first: each node is told at its start to advertise its
+            # proxy, and each proxy is told its node's port.
+            proxy_ports = {node_id: free_loopback_port() for node_id in (1, 2, 3)}
+            self.cluster = KafkaCluster(workdir=workdir / "kafka", advertised_ports=proxy_ports)
+            self.broker_proxies = {
+                node_id: TcpProxy(self.cluster.node(node_id).port, port=port)
+                for node_id, port in proxy_ports.items()
+            }
+        else:
+            proxy_port = free_loopback_port()
+            self.broker = ProxiedBroker(proxy_port, log_file=workdir / "broker.log")
+            self.proxy = TcpProxy(self.broker.port, port=proxy_port, kafka=True)
         self.key_file = workdir / "keys.json"
         self.probe = ProbeProcess(
             workdir / "probe.yaml", free_loopback_port(), workdir / "probe.log"
@@ -212,6 +240,8 @@ class LocalEnvironment(Started):
             partitions=self.config.kafka.partitions or 3,
             key_file=self.key_file,
             probe_id=PROBE_ID,
+            cluster=self.cluster,
+            broker_proxies=self.broker_proxies,
         )
 
     @property
@@ -219,8 +249,19 @@ class LocalEnvironment(Started):
         return self.prometheus.api
 
     def start(self) -> None:
-        self.broker.start()
-        self.proxy.start()
+        if self.cluster is not None and not installed(self.cluster.libs):
+            raise LocalEnvironmentError(
+                f"broker: apache-kafka needs Apache Kafka's jars, not in {self.cluster.libs}: "
+                "run `make kafka` (python -m probe.apache_kafka install) first"
+            )
+        # Proxies before the brokers behind them: a cluster is ready once its brokers
+        # answer at the addresses they advertise, the proxies'.
+        for proxy in self.targets.proxies:
+            proxy.start()
+        if self.broker is not None:
+            self.broker.start()
+        if self.cluster is not None:
+            self.cluster.start()
         subprocess.run(
             [*sla_probe_command(), "keygen", "--output", str(self.key_file), "--force"],
             check=True,
@@ -232,7 +273,7 @@ class LocalEnvironment(Started):
         tree.setdefault("kafka", {})
         tree["kafka"] = {
             **tree["kafka"],
-            "bootstrap_servers": self.proxy.address,
+            "bootstrap_servers": self.targets.bootstrap_servers,
             "topic": self.topic,
         }
         tree["metrics"] = {**tree.get("metrics", {}), "port": self.probe.metrics_port}
@@ -267,10 +308,29 @@ class LocalEnvironment(Started):
             "Prometheus scraping the probe",
         )
 
+    def final_outcomes(self) -> dict[str, float] | None:
+        """Every stage's canaries by outcome, as the probe (and an own sink process)
+        counted them since they last started; None when one did not answer."""
+        total: dict[str, float] = {}
+        for process in [self.probe] if self.sink is None else [self.probe, self.sink]:
+            counted = process.outcomes()
+            if counted is None:
+                return None
+            for outcome, count in counted.items():
+                total[outcome] = total.get(outcome, 0.0) + count
+        return total
+
     def stop(self) -> None:
         sink_stop = [] if self.sink is None else [self.sink.stop]
-        stops = [self.prometheus.stop, self.probe.stop, *sink_stop, self.proxy.stop]
-        for stop in [*stops, self.broker.stop]:
+        stops = [self.prometheus.stop, self.probe.stop, *sink_stop]
+        if self.broker is not None:
+            stops.append(self.broker.stop)
+        if self.cluster is not None:
+            # Killed, not shut down: the run's data is thrown away, and three nodes in
+            # controlled shutdown at once wait on a quorum that is leaving with them.
+            stops += [node.kill for node in self.cluster.nodes.values()]
+        stops += [proxy.stop for proxy in self.targets.proxies]
+        for stop in stops:
             try:
                 stop()
             except Exception:  # stopping the rest matters more than one failure
@@ -291,7 +351,8 @@ def run_local(
             if scenario.production.replay
             else None
         )
-    return judge_run(
+        canaries = env.final_outcomes()
+    result = judge_run(
         scenario,
         clock,
         watcher,
@@ -302,3 +363,5 @@ def run_local(
         # Alertmanager as docs/alerting.md tells users to configure it.
         inhibit_rules=documented_inhibit_rules(),
     )
+    result.canaries = canaries
+    return result

@@ -57,6 +57,9 @@ class GamedayResult:
     failed_polls: int = 0
     hooks: list[HookRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # A local run's canaries by outcome, every stage, as the probe counted them at the
+    # end (None: not read, or the probe did not answer).
+    canaries: dict[str, float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -84,6 +87,12 @@ class GamedayResult:
         for source, verdict in self.judged_false_pages():
             for page in verdict.false_pages:
                 failures.append(f"false page ({source}): {_describe(page.labels)}")
+        if expect.max_lost is not None:
+            lost = None if self.canaries is None else self.canaries.get("lost", 0.0)
+            if lost is None:
+                failures.append("the probe's lost canaries could not be read at the end")
+            elif lost > expect.max_lost:
+                failures.append(f"{lost:g} canaries lost, more than {expect.max_lost}")
         judged = self.computed or self.live
         if expect.resolve_within is not None and judged.resolution is not None:
             resolution = judged.resolution

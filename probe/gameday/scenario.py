@@ -11,6 +11,7 @@ which the CLI prints as ``sla-probe: config error: ...`` and exits 2.
     production:
       interval: 20s                  # the canary interval the replay rescales to
     phases: {steady: 15s, fault: 20s, recovery: 30s}
+    broker: embedded                 # or apache-kafka (three KRaft nodes, `make kafka`)
     fault: {kind: broker-stop}
     expect:
       fire:
@@ -20,6 +21,7 @@ which the CLI prints as ``sla-probe: config error: ...`` and exits 2.
       forbid: [SyntheticSlaProbeDown]
       no_other_alerts: true          # every other firing alert is a false page
       resolve_within: 10m            # production time after recovery starts
+      max_lost: 0                    # canaries the probe counted lost, at most (local)
 
 Times in ``expect`` are production times: the live run is compressed by
 ``production.interval / probe.interval``, and what production would see is computed
@@ -221,6 +223,60 @@ class ProducerClockSkew(_Section):
         return offset
 
 
+# --- Faults of the Apache Kafka cluster (``broker: apache-kafka``): node ids 1 to 3 ----
+
+BrokerId = Annotated[int, Field(ge=1, le=3)]
+
+
+class KafkaBrokerStop(_Section):
+    """One broker down for the fault phase: ``controlled`` (SIGTERM, its leaderships
+    moved away first) or ``kill`` (SIGKILL, a crash); started at heal, which returns
+    once it is registered again."""
+
+    kind: Literal["kafka-broker-stop"]
+    broker: BrokerId = 3
+    how: Literal["controlled", "kill"] = "controlled"
+
+
+class KafkaRollingRestart(_Section):
+    """Each broker in turn: controlled stop, start, and wait until every canary
+    partition (and ``__consumer_offsets``) has its full ISR again before the next.
+    Runs through the fault phase; heal waits for the last broker to be in sync."""
+
+    kind: Literal["kafka-rolling-restart"]
+    # How long one broker may take to be back in every ISR.
+    in_sync_timeout: Duration = 120.0
+
+
+class KafkaBrokersDown(_Section):
+    """These brokers stopped (controlled, one after the other), started at heal."""
+
+    kind: Literal["kafka-brokers-down"]
+    brokers: tuple[BrokerId, ...] = Field(default=(2, 3), min_length=1, max_length=3)
+
+    @field_validator("brokers")
+    @classmethod
+    def _distinct(cls, brokers: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(brokers)) != len(brokers):
+            raise ValueError("a broker named twice")
+        return brokers
+
+
+class KafkaBrokerBlackhole(_Section):
+    """The proxy in front of one broker's client listener forwards nothing: the probe
+    is cut off from it, while the brokers still replicate (their own listener)."""
+
+    kind: Literal["kafka-broker-blackhole"]
+    broker: BrokerId = 2
+
+
+class KafkaControllerKill(_Section):
+    """SIGKILL the active KRaft controller (a combined node: its broker dies with it),
+    start it again at heal."""
+
+    kind: Literal["kafka-controller-kill"]
+
+
 class ShellHooks(_Section):
     """Staging: the fault is whatever `staging.inject` and `staging.heal` do."""
 
@@ -238,6 +294,11 @@ Fault = Annotated[
     | ProbeRestart
     | SinkStall
     | ProducerClockSkew
+    | KafkaBrokerStop
+    | KafkaRollingRestart
+    | KafkaBrokersDown
+    | KafkaBrokerBlackhole
+    | KafkaControllerKill
     | ShellHooks,
     Field(discriminator="kind"),
 ]
@@ -293,6 +354,9 @@ class Expectations(_Section):
     tolerate: tuple[Annotated[AlertMatcher, BeforeValidator(_matcher)], ...] = ()
     # Production time after recovery starts by which every alert has resolved.
     resolve_within: Duration | None = None
+    # Canaries the probe may count `lost` (acknowledged, never arrived), every stage
+    # together, read from its counters at the end of a local run (None: not checked).
+    max_lost: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> Expectations:
@@ -321,6 +385,9 @@ class Scenario(_Section):
     # Local runs with the sink stage: inside `sla-probe run` (probe), or as its own
     # `sla-probe sink` process beside it (own), as the chart deploys it.
     sink_process: Literal["probe", "own"] = "probe"
+    # The broker of a local run: the embedded Tansu broker behind one proxy, or Apache
+    # Kafka's three KRaft nodes (`make kafka`), each behind a proxy of its own.
+    broker: Literal["embedded", "apache-kafka"] = "embedded"
 
     @model_validator(mode="after")
     def _mode_fits(self) -> Scenario:
@@ -330,6 +397,21 @@ class Scenario(_Section):
             raise ValueError("fault.kind: hooks needs mode: staging")
         if self.mode == "staging" and self.fault.kind != "hooks":
             raise ValueError("fault.kind: a staging run injects with its hooks: use kind: hooks")
+        if self.mode == "staging" and self.broker != "embedded":
+            raise ValueError("broker: a staging run uses your brokers; broker is for mode: local")
+        if self.mode == "staging" and self.expect.max_lost is not None:
+            raise ValueError("expect.max_lost: needs mode: local (the probe's own counters)")
+        needs = FAULT_BROKERS.get(self.fault.kind)
+        if needs is not None and needs != self.broker:
+            raise ValueError(
+                f"fault.kind: {self.fault.kind} acts on the {_BROKER_NAMES[needs]}: "
+                f"needs broker: {needs} (this scenario has broker: {self.broker})"
+            )
+        if self.expect.max_lost is not None and self.fault.kind in _RESTARTS_PROBE:
+            raise ValueError(
+                f"expect.max_lost: {self.fault.kind} restarts the probe, whose counters "
+                "start again: its losses cannot be read at the end"
+            )
         return self
 
     def probe_config(self) -> ProbeConfig:
@@ -384,10 +466,26 @@ def _first_error(error: ValidationError, prefix: tuple[str, ...] = ()) -> Config
     elif first["type"] == "union_tag_not_found":
         message = f"needs a kind: one of {', '.join(sorted(_FAULT_KINDS))}"
     # Model validators of a section report at the section; say which one.
-    if message.startswith("staging: ") or message.startswith("fault.kind: "):
+    if message.startswith(("staging: ", "fault.kind: ", "broker: ", "expect.max_lost: ")):
         field, _, message = message.partition(": ")
     return ConfigError(field, message)
 
+
+# The fault kinds that act on one kind of broker only; every other kind runs on both
+# (the proxy faults act on every proxy between the probe and its brokers).
+FAULT_BROKERS: dict[str, str] = {
+    "broker-stop": "embedded",
+    "broker-data-loss": "embedded",
+    # The Kafka-aware proxy of the embedded broker strips the partition's fetches.
+    "silent-partition": "embedded",
+    "kafka-broker-stop": "apache-kafka",
+    "kafka-rolling-restart": "apache-kafka",
+    "kafka-brokers-down": "apache-kafka",
+    "kafka-broker-blackhole": "apache-kafka",
+    "kafka-controller-kill": "apache-kafka",
+}
+_BROKER_NAMES = {"embedded": "embedded broker", "apache-kafka": "Apache Kafka cluster"}
+_RESTARTS_PROBE = {"probe-restart", "producer-clock-skew"}
 
 _FAULT_KINDS = {
     get_args(model.model_fields["kind"].annotation)[0] for model in get_args(get_args(Fault)[0])

@@ -32,7 +32,7 @@ from probe.spark.health import SparkHealth, source_lag
 from probe.spark.rows import at_commit, finding_of, finding_row
 from probe.spark.sink import SinkJob, SinkSettings
 from probe.target import TargetProbe
-from tests.conftest import parse_samples, sample, until
+from tests.conftest import KafkaBrokers, parse_samples, sample, until
 from tests.otlp_receiver import OtlpReceiver
 
 FIRST_BATCH_TIMEOUT = 180
@@ -56,7 +56,7 @@ class Pipeline:
         return sum(self.sink_outcomes().values())
 
 
-def _settings(broker: EmbeddedBroker, topic: str, path: Path, **extra: object) -> SinkSettings:
+def _settings(broker: KafkaBrokers, topic: str, path: Path, **extra: object) -> SinkSettings:
     values: dict[str, object] = {
         "bootstrap_servers": broker.bootstrap_servers,
         "topic": topic,
@@ -74,7 +74,7 @@ def _settings(broker: EmbeddedBroker, topic: str, path: Path, **extra: object) -
 
 @contextlib.asynccontextmanager
 async def pipeline(
-    spark: SparkSession, broker: EmbeddedBroker, topic: str, path: Path
+    spark: SparkSession, broker: KafkaBrokers, topic: str, path: Path
 ) -> AsyncIterator[Pipeline]:
     """A producing probe (consumer stage) and the sink query, both positioned."""
     keyring = generate_key_ring()

@@ -20,6 +20,13 @@ from probe.gameday.faults.base import Fault, LocalTargets
 from probe.gameday.faults.broker import BrokerDataLossFault, BrokerStopFault
 from probe.gameday.faults.clock_skew import ProducerClockSkewFault
 from probe.gameday.faults.hostile import HostileRecordsFault
+from probe.gameday.faults.kafka_cluster import (
+    KafkaBrokerBlackholeFault,
+    KafkaBrokersDownFault,
+    KafkaBrokerStopFault,
+    KafkaControllerKillFault,
+    KafkaRollingRestartFault,
+)
 from probe.gameday.faults.probe_restart import ProbeRestartFault
 from probe.gameday.faults.proxy import ProxyBlackholeFault, ProxyLatencyFault
 from probe.gameday.faults.replayed import ReplayedCanariesFault
@@ -37,6 +44,11 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "silent-partition": SilentPartitionFault,
     "sink-stall": SinkStallFault,
     "producer-clock-skew": ProducerClockSkewFault,
+    "kafka-broker-stop": KafkaBrokerStopFault,
+    "kafka-rolling-restart": KafkaRollingRestartFault,
+    "kafka-brokers-down": KafkaBrokersDownFault,
+    "kafka-broker-blackhole": KafkaBrokerBlackholeFault,
+    "kafka-controller-kill": KafkaControllerKillFault,
 }
 
 

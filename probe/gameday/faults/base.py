@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from probe.errors import ProbeError
+
 if TYPE_CHECKING:
+    from probe.apache_kafka.cluster import KafkaCluster
     from probe.embedded import EmbeddedBroker
     from probe.gameday.faults.proxy import TcpProxy
 
@@ -35,13 +39,20 @@ class RestartableProcess(Protocol):
     def send_signal(self, signal: int) -> None: ...
 
 
+class WrongBrokerError(ProbeError):
+    """A fault asked for a broker this environment does not run (the scenario's
+    validation refuses the combination first: ``broker``, ``fault.kind``)."""
+
+
 @dataclass
 class LocalTargets:
-    """The local environment's parts a fault may act on."""
+    """The local environment's parts a fault may act on: the embedded broker and its
+    proxy (``broker: embedded``), or the Apache Kafka cluster and one proxy per node
+    (``broker: apache-kafka``); the other pair is None and empty."""
 
-    broker: EmbeddedBroker
+    broker: EmbeddedBroker | None
     # Between probe and broker; the broker advertises its address.
-    proxy: TcpProxy
+    proxy: TcpProxy | None
     probe: RestartableProcess
     topic: str
     partitions: int
@@ -49,7 +60,31 @@ class LocalTargets:
     # probe id lets a hostile record claim to be the probe's own.
     key_file: Path
     probe_id: str
+    cluster: KafkaCluster | None = None
+    # Node id -> the proxy in front of that node's client listener, which the node
+    # advertises: cutting one off cuts the probe off from that broker only.
+    broker_proxies: Mapping[int, TcpProxy] = field(default_factory=dict)
+
+    @property
+    def proxies(self) -> list[TcpProxy]:
+        """Every proxy between the probe and its brokers."""
+        return [self.proxy] if self.proxy is not None else list(self.broker_proxies.values())
 
     @property
     def bootstrap_servers(self) -> str:
-        return self.proxy.address
+        return ",".join(proxy.address for proxy in self.proxies)
+
+    def embedded_broker(self) -> EmbeddedBroker:
+        if self.broker is None:
+            raise WrongBrokerError("this fault needs broker: embedded")
+        return self.broker
+
+    def embedded_proxy(self) -> TcpProxy:
+        if self.proxy is None:
+            raise WrongBrokerError("this fault needs broker: embedded (its Kafka-aware proxy)")
+        return self.proxy
+
+    def kafka_cluster(self) -> KafkaCluster:
+        if self.cluster is None:
+            raise WrongBrokerError("this fault needs broker: apache-kafka")
+        return self.cluster

@@ -19,7 +19,7 @@ class BrokerStopFault:
     """The broker is down for the fault phase."""
 
     def __init__(self, spec: BrokerStop, targets: LocalTargets) -> None:
-        self.broker = targets.broker
+        self.broker = targets.embedded_broker()
 
     def inject(self) -> None:
         self.broker.stop()
@@ -32,7 +32,7 @@ class BrokerDataLossFault:
     """The broker restarts at once and comes back empty; heal has nothing left to do."""
 
     def __init__(self, spec: BrokerDataLoss, targets: LocalTargets) -> None:
-        self.broker = targets.broker
+        self.broker = targets.embedded_broker()
 
     def inject(self) -> None:
         self.broker.stop()

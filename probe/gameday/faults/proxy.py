@@ -237,27 +237,33 @@ class TcpProxy(Started):
 
 
 class ProxyLatencyFault:
-    """Every chunk between probe and broker ``delay`` late, both ways."""
+    """Every chunk between probe and broker ``delay`` late, both ways (every broker's
+    proxy, on a cluster)."""
 
     def __init__(self, spec: ProxyLatency, targets: LocalTargets) -> None:
         self.delay = spec.delay
-        self.proxy = targets.proxy
+        self.proxies = targets.proxies
 
     def inject(self) -> None:
-        self.proxy.set_delay(self.delay)
+        for proxy in self.proxies:
+            proxy.set_delay(self.delay)
 
     def heal(self) -> None:
-        self.proxy.restore()
+        for proxy in self.proxies:
+            proxy.restore()
 
 
 class ProxyBlackholeFault:
-    """Nothing gets through between probe and broker; connections stay open."""
+    """Nothing gets through between probe and broker (every broker, on a cluster);
+    connections stay open."""
 
     def __init__(self, spec: ProxyBlackhole, targets: LocalTargets) -> None:
-        self.proxy = targets.proxy
+        self.proxies = targets.proxies
 
     def inject(self) -> None:
-        self.proxy.blackhole()
+        for proxy in self.proxies:
+            proxy.blackhole()
 
     def heal(self) -> None:
-        self.proxy.restore()
+        for proxy in self.proxies:
+            proxy.restore()

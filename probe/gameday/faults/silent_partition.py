@@ -131,7 +131,7 @@ class SilentPartitionFault:
     """Strip ``partition``'s records from every Fetch response until healed."""
 
     def __init__(self, spec: SilentPartition, targets: LocalTargets) -> None:
-        self.filter = targets.proxy.partition_filter
+        self.filter = targets.embedded_proxy().partition_filter
         self.filter.topic = targets.topic
         self.filter.partition = spec.partition
 
