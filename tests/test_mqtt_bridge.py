@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import aiomqtt
+import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
@@ -26,7 +27,7 @@ from probe.judge import Fate, Finding, Outcome
 from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
 from probe.target import TargetProbe
-from tests.conftest import until
+from tests.conftest import KafkaBrokers, until
 from tests.mosquitto import Mosquitto
 
 
@@ -50,7 +51,7 @@ class FatesByShard:
 
 @asynccontextmanager
 async def forwarding_bridge(
-    mosquitto: Mosquitto, prefix: str, kafka: EmbeddedBroker, topic: str, drop_shard: int = -1
+    mosquitto: Mosquitto, prefix: str, kafka: KafkaBrokers, topic: str, drop_shard: int = -1
 ) -> AsyncIterator[None]:
     """MQTT `<prefix>/+` -> Kafka `topic`, running until the block ends.
 
@@ -59,7 +60,9 @@ async def forwarding_bridge(
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+        # Replicated as a bridge's topic is on a real cluster (min ISR 2 there).
+        replicas = min(3, len((await admin.describe_cluster())["brokers"]))
+        await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=replicas)])
     finally:
         await admin.close()
     producer = AIOKafkaProducer(
@@ -101,7 +104,7 @@ async def forwarding_bridge(
         await producer.stop()
 
 
-def _config(mosquitto: Mosquitto, prefix: str, kafka: EmbeddedBroker, topic: str) -> ProbeConfig:
+def _config(mosquitto: Mosquitto, prefix: str, kafka: KafkaBrokers, topic: str) -> ProbeConfig:
     return load(
         overrides={
             "probe_id": "bridge-test",
@@ -121,9 +124,18 @@ async def _decide(probe: TargetProbe, within: float = 15.0) -> None:
     assert await probe.settle(within), "every canary's fate at every stage"
 
 
+@pytest.fixture(params=["embedded", "apache-kafka"])
+def bridge_kafka(request: pytest.FixtureRequest) -> KafkaBrokers:
+    """The Kafka the bridge writes into: the embedded broker, Apache Kafka's cluster."""
+    fixture = {"embedded": "broker", "apache-kafka": "kafka_cluster"}[request.param]
+    found: KafkaBrokers = request.getfixturevalue(fixture)
+    return found
+
+
 async def test_bridge_stage_judges_canaries_carried_into_kafka(
-    mosquitto: Mosquitto, broker: EmbeddedBroker, topic_prefix: str, topic: str
+    mosquitto: Mosquitto, bridge_kafka: KafkaBrokers, topic_prefix: str, topic: str
 ) -> None:
+    broker = bridge_kafka
     fates = FatesByShard()
     config = _config(mosquitto, topic_prefix, broker, topic)
     assert config.mqtt.stages == (StageName.MQTT, StageName.BRIDGE)

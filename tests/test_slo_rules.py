@@ -122,7 +122,7 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
             check=False,
         )
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 54 rules found" in result.stdout
+        assert "SUCCESS: 56 rules found" in result.stdout
 
 
 @pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda path: path.stem)
@@ -277,6 +277,26 @@ def test_values_reach_the_sink_query_gates() -> None:
     recorded = {rule["record"] for rule in _rules(groups) if "record" in rule}
     windows = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
     assert {f"target:synthetic_sla_watermark_skew:ratio_rate{w}" for w in windows} <= recorded
+
+
+def test_values_reach_the_replica_tickets() -> None:
+    values = {
+        "alerts": {
+            "replicasUnderReplicated": {"enabled": True, "severity": "page", "for": "20m"},
+            "replicasUnderMinIsr": {"enabled": False, "severity": "ticket", "for": "1m"},
+        },
+    }
+    alerts = {alert["alert"]: alert for alert in _alerts(render_rules.render_rule_groups(values))}
+    under_replicated = alerts["SyntheticSlaReplicasUnderReplicated"]
+    assert (under_replicated["for"], under_replicated["labels"]["severity"]) == ("20m", "critical")
+    # Per broker: `for` is how long one broker is out, not how long a rolling restart
+    # keeps some broker out (tests/rules/replica_health.yml).
+    assert under_replicated["expr"].startswith("max by (target, broker) (")
+    assert "for 20m" in under_replicated["annotations"]["summary"]
+    assert "SyntheticSlaReplicasUnderMinIsr" not in alerts
+    plain = {alert["alert"]: alert for alert in _alerts(yaml.safe_load(PLAIN_RULES.read_text()))}
+    assert plain["SyntheticSlaReplicasUnderReplicated"]["for"] == "10m"
+    assert plain["SyntheticSlaReplicasUnderMinIsr"]["for"] == "1m"
 
 
 # -- documented -----------------------------------------------------------------------------

@@ -117,6 +117,9 @@ def to_json(result: GamedayResult) -> dict[str, Any]:
             "live": _resolution_json(result.live.resolution),
             "computed": _resolution_json(result.computed.resolution if result.computed else None),
         },
+        # The probe's own counters at the end of a local run, every stage together.
+        "canaries": result.canaries,
+        "max_lost": scenario.expect.max_lost,
         "failed_polls": result.failed_polls,
         "hooks": [
             {
@@ -240,6 +243,13 @@ def table(result: GamedayResult) -> str:
                 f"  {_describe(alert_labels)}: "
                 + ("still active" if after is None else f"resolved {after:.1f}s after recovery")
             )
+    if result.canaries is not None:
+        counted = ", ".join(f"{k} {v:g}" for k, v in sorted(result.canaries.items()))
+        bound = scenario.expect.max_lost
+        lines.append(
+            f"canaries (the probe's counters at the end, live): {counted or 'none'}"
+            + ("" if bound is None else f"; at most {bound} lost")
+        )
     for hook in result.hooks:
         code = "timed out" if hook.exit_code is None else f"exit {hook.exit_code}"
         lines.append(f"hook {hook.name}: `{hook.command}` {code} in {hook.seconds:.1f}s")
@@ -266,8 +276,28 @@ def markdown_rows(result: GamedayResult) -> list[str]:
             f"| {_seconds(expected.within) if expected.within else '-'} "
             f"| {'pass' if result.ok else 'FAIL'} |"
         )
+    if scenario.expect.max_lost is not None:
+        rows.append(_lost_row(result))
     rows.append(_quiet_row(result))
     return rows
+
+
+def _lost_row(result: GamedayResult) -> str:
+    """Canaries lost, from the probe's counters at the end of the live run."""
+    scenario = result.scenario
+    canaries = result.canaries
+    if canaries is None:
+        counted = "not read"
+    else:
+        counted = (
+            f"{canaries.get('lost', 0.0):g} lost of "
+            f"{sum(canaries.values()):g} ({canaries.get('produce_failed', 0.0):g} "
+            "produce_failed)"
+        )
+    return (
+        f"| {scenario.name} | canaries lost | {counted} | - | {scenario.expect.max_lost} "
+        f"| {'pass' if result.ok else 'FAIL'} |"
+    )
 
 
 def _quiet_row(result: GamedayResult) -> str:

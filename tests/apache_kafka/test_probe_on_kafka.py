@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from probe.apache_kafka.cluster import KafkaCluster
-from tests.apache_kafka.kafka_admin import describe, leaders, under_replicated
+from tests.apache_kafka.kafka_admin import (
+    create_topic,
+    delete_topic,
+    describe,
+    end_offsets,
+    leaders,
+    under_replicated,
+)
 from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, wait_for
 
 
@@ -106,3 +113,35 @@ def test_run_attributes_every_canary_to_the_broker_that_led_its_partition(
         assert sample(samples, "synthetic_sla_broker_leader_partitions", broker=broker) == led
     for outcome in ("lost", "late", "produce_failed"):
         assert probe.canaries(outcome) == 0, outcome
+
+
+def test_a_topic_deleted_and_recreated_by_someone_else_is_read_from_its_new_beginning(
+    kafka_cluster: KafkaCluster,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    """Someone else owns the topic (--no-create-topic) and re-creates it at once: the
+    reader's positions (past offset 8) lie beyond the new logs' ends, whether or not a
+    refresh saw the topic gone, and every partition must be read again from offset 0:
+    no canary of the new logs skipped, none judged lost, no partition left stale."""
+    servers = kafka_cluster.bootstrap_servers
+    create_topic(servers, topic, 3)
+    args = [a for a in run_args(servers, topic, key_file) if a != "--create-topic"]
+    probe = start_probe(*args, "--no-create-topic")
+
+    def stale() -> float:
+        return sample(probe.metrics(), "synthetic_sla_stale_partitions", stage="consumer")
+
+    # Positions well past where the new logs will be when the reader next fetches.
+    wait_for(lambda: probe.canaries("delivered") >= 3 * 8, timeout=60, what="8 rounds")
+    delete_topic(servers, topic)
+    create_topic(servers, topic, 3)
+    recreated_at = probe.canaries("delivered")
+    wait_for(
+        lambda: probe.canaries("delivered") >= recreated_at + 3 * 5 and stale() == 0,
+        timeout=60,
+        what="five rounds delivered from the new topic, no partition stale",
+    )
+    assert probe.canaries("lost") == 0
+    assert min(end_offsets(servers, topic).values()) >= 5

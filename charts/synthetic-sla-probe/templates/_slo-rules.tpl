@@ -412,8 +412,8 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
       {{- end }}
   {{- /*
   Scale (issue 14): rules that work whatever metrics.partition_series exports (every
-  partition, only the stale ones, or none) and say which broker is burning. Kept in a
-  group of their own.
+  partition, only the stale ones, or none) and say which broker is burning, or holds
+  replicas out of the ISR. Kept in a group of their own.
   */}}
   - name: synthetic-sla-probe.scale
     rules:

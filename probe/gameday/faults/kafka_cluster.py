@@ -124,9 +124,7 @@ async def _cluster_topics(bootstrap_servers: str) -> list[dict[str, Any]]:
         await admin.close()
 
 
-def wait_in_sync(
-    bootstrap_servers: str, topics: Sequence[str], timeout: float, what: str
-) -> float:
+def wait_in_sync(bootstrap_servers: str, topics: Sequence[str], timeout: float, what: str) -> float:
     """Until every partition of ``topics`` has its full ISR; the seconds it took."""
     began = time.monotonic()
     deadline = began + timeout
@@ -244,23 +242,25 @@ class KafkaRollingRestartFault:
     def _roll(self) -> None:
         try:
             for node_id in self.order:
-                node = self.cluster.node(node_id)
-                self.log(f"broker {node_id}: controlled stop", node.stop)
-                self.log(
-                    f"broker {node_id}: started and registered",
-                    lambda node_id=node_id: _start_registered(self.cluster, [node_id]),
-                )
-                self.log(
-                    f"broker {node_id}: every ISR full",
-                    lambda node_id=node_id: wait_in_sync(
-                        self.bootstrap_servers,
-                        [self.topic],
-                        self.in_sync_timeout,
-                        f"after restarting broker {node_id}",
-                    ),
-                )
+                self._restart(node_id)
         except BaseException as error:  # handed to heal(), on the runner's thread
             self._error = error
+
+    def _restart(self, node_id: int) -> None:
+        self.log(f"broker {node_id}: controlled stop", self.cluster.node(node_id).stop)
+        self.log(
+            f"broker {node_id}: started and registered",
+            lambda: _start_registered(self.cluster, [node_id]),
+        )
+        self.log(
+            f"broker {node_id}: every ISR full",
+            lambda: wait_in_sync(
+                self.bootstrap_servers,
+                [self.topic],
+                self.in_sync_timeout,
+                f"after restarting broker {node_id}",
+            ),
+        )
 
     def heal(self) -> None:
         """Returns once the last broker is back in every ISR; raises what the roll met."""
@@ -319,8 +319,8 @@ class KafkaControllerKillFault:
         self.killed: int | None = None
 
     def inject(self) -> None:
-        self.killed = active_controller(self.cluster)
-        self.log(f"broker {self.killed} (active controller): kill", self.cluster.node(self.killed).kill)
+        killed = self.killed = active_controller(self.cluster)
+        self.log(f"broker {killed} (active controller): kill", self.cluster.node(killed).kill)
 
     def heal(self) -> None:
         if self.killed is None:
