@@ -211,6 +211,14 @@ def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
                 flag_value=False,
             ),
             _option(
+                "no-move-leaders",
+                "kafka.move_leaders",
+                "Topic management without moving leaders: no partition reassignment or "
+                "leader election (which need Alter on the cluster).",
+                is_flag=True,
+                flag_value=False,
+            ),
+            _option(
                 "idempotence",
                 "kafka.idempotence",
                 "Require an idempotent producer (default: idempotent where the broker "

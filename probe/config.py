@@ -236,6 +236,12 @@ class KafkaConfig(_Section):
     # re-create) the topic if missing, and keep a canary partition led by every broker
     # (probe.leadership). False where the probe must not administer topics.
     create_topic: bool = True
+    # Part of topic management: move the canary topic's leaders (partition reassignment,
+    # preferred leader elections) so that every broker leads a canary partition and is
+    # measured. Only the canary topic's partitions; it needs Alter on the cluster, and
+    # without it the probe says so once and measures the brokers it can. False: the
+    # probe creates and grows the topic but never moves a leader.
+    move_leaders: bool = True
     # Canaries per second at most: a round of many partitions is spread out instead of
     # sent as one burst (10,000 partitions at 1,000/s: 10 s of a 20 s interval), never
     # over more than 80 % of the interval. 0: a whole round at once.

@@ -117,6 +117,11 @@ async def _probe_target_rounds(
         # Every canary now has a deadline: one loss timeout after the last round, all
         # are decided (the extra second is a backstop for the expiry's own pace).
         await target.settle(once.loss_timeout + 1.0)
+        # Canaries that never came back because they could not be read (a fetch
+        # refused: no Read ACL, say) are judged lost; the report says why.
+        ready, reason = target.readiness()
+        if not ready and tally.error is None:
+            tally.error = reason
         if sink is not None:
             await _await_sink(config, tally)
 

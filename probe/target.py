@@ -213,6 +213,8 @@ class TargetProbe:
         if not self._leaders.due(replicas.brokers, now):
             return
         plan = plan_leaders(replicas)
+        if not self.config.kafka.move_leaders:
+            plan = LeaderPlan(grow_to=plan.grow_to)  # growing the topic moves no leader
         if plan.empty:
             # A broker back from a restart is elected only once it is in sync again:
             # until then the plan is empty but the broker still leads nothing, and the

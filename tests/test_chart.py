@@ -361,7 +361,8 @@ def test_helm_test_hook_runs_once_with_the_release_config() -> None:
     assert pod["spec"]["restartPolicy"] == "Never"
     (container,) = pod["spec"]["containers"]
     # The consumer stage only: never a second query on the live sink's checkpoint.
-    assert container["args"] == ["once", "--stages", "consumer"]
+    # The running probe owns the topic: the smoke test never creates it or moves a leader.
+    assert container["args"] == ["once", "--stages", "consumer", "--no-create-topic"]
     env = {e["name"]: e for e in container["env"]}
     # Its own probe id: it never claims the running probes' canaries.
     assert env["SLA_PROBE_PROBE_ID"]["value"] == "orders-helm-test"

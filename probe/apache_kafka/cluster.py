@@ -158,6 +158,7 @@ class KafkaNode(LoopbackServer):
         voters: str,
         settings: Mapping[str, str],
         advertised_port: int | None = None,
+        client_protocol: str = "PLAINTEXT",
     ) -> None:
         super().__init__(port, log_file=directory / "server.log")
         self.node_id = node_id
@@ -182,7 +183,7 @@ class KafkaNode(LoopbackServer):
             f"CONTROLLER://127.0.0.1:{controller_port}",
             "advertised.listeners": f"EXTERNAL://127.0.0.1:{self.advertised_port},{internal}",
             "listener.security.protocol.map": (
-                "EXTERNAL:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+                f"EXTERNAL:{client_protocol},INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
             ),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "INTERNAL",
@@ -257,13 +258,14 @@ class KafkaCluster(Started):
         settings: Mapping[str, str] | None = None,
         libs: Path | None = None,
         advertised_ports: Mapping[int, int] | None = None,
+        plain_users: Mapping[str, str] | None = None,
     ) -> None:
         self.libs = libs or libs_dir()
         self.workdir = workdir
         self.started_in: float | None = None
         ports = [(free_loopback_port(), free_loopback_port()) for _ in range(brokers)]
         voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports, start=1))
-        merged = {**CLUSTER_SETTINGS, **(settings or {})}
+        merged = {**CLUSTER_SETTINGS, **_sasl_plain(plain_users), **(settings or {})}
         self.nodes = {
             i: KafkaNode(
                 i,
@@ -274,10 +276,21 @@ class KafkaCluster(Started):
                 voters=voters,
                 settings=merged,
                 advertised_port=(advertised_ports or {}).get(i),
+                client_protocol="SASL_PLAINTEXT" if plain_users else "PLAINTEXT",
             )
             for i, (port, controller) in enumerate(ports, start=1)
         }
         self._formatted = False
+        # How a client authenticates (aiokafka's names): the first PLAIN user, if any.
+        self.client_security: dict[str, str] = {}
+        if plain_users:
+            name, password = next(iter(plain_users.items()))
+            self.client_security = {
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "PLAIN",
+                "sasl_plain_username": name,
+                "sasl_plain_password": password,
+            }
 
     @property
     def bootstrap_servers(self) -> str:
@@ -328,7 +341,7 @@ class KafkaCluster(Started):
         deadline = time.monotonic() + (timeout or self.ready_timeout)
         seen: set[int] = set()
         while time.monotonic() < deadline:
-            seen = live_brokers(self.bootstrap_servers)
+            seen = live_brokers(self.bootstrap_servers, **self.client_security)
             if len(seen) >= wanted:
                 return
             for node in self.nodes.values():
@@ -345,17 +358,36 @@ class KafkaCluster(Started):
         return sum(n.resident_bytes() for n in self.nodes.values())
 
 
-def live_brokers(bootstrap_servers: str) -> set[int]:
+def _sasl_plain(users: Mapping[str, str] | None) -> dict[str, str]:
+    """The client listener's SASL/PLAIN users (name to password), or nothing: clients
+    then connect in plaintext, as User:ANONYMOUS. Replication and the controllers stay
+    on their own plaintext listeners, as User:ANONYMOUS (a super user where an
+    authorizer is set)."""
+    if not users:
+        return {}
+    entries = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return {
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.external.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.external.plain.sasl.jaas.config": (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {entries};"
+        ),
+    }
+
+
+def live_brokers(bootstrap_servers: str, **security: str) -> set[int]:
     """The broker ids a metadata request lists (registered and unfenced); empty when
     no node answers."""
-    return asyncio.run(_live_brokers(bootstrap_servers))
+    return asyncio.run(_live_brokers(bootstrap_servers, security))
 
 
-async def _live_brokers(bootstrap_servers: str) -> set[int]:
+async def _live_brokers(bootstrap_servers: str, security: Mapping[str, str]) -> set[int]:
     from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=3000)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers, request_timeout_ms=3000, **security
+    )
     try:
         await admin.start()
         described = await admin.describe_cluster()

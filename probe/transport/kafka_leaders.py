@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
-from aiokafka.errors import KafkaError, for_code
+from aiokafka.errors import ClusterAuthorizationFailedError, KafkaError, for_code
 from aiokafka.protocol.admin import AlterPartitionReassignmentsRequest
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
@@ -99,23 +99,38 @@ async def _send(admin: AIOKafkaAdminClient, request: Any, doing: str, errors: An
 
 
 def _reassign_errors(response: Any) -> list[str]:
-    problems = []
     if response.error_code:
-        problems.append(f"{for_code(response.error_code).__name__} {response.error_message or ''}")
-    for topic_result in response.responses:
-        for partition, code, message, *_ in topic_result[1]:
-            if code:
-                problems.append(f"partition {partition}: {for_code(code).__name__} {message or ''}")
-    return [p.strip() for p in problems]
+        return [_problem(response.error_code, response.error_message)]
+    return [
+        f"partition {partition}: {_problem(code, message)}"
+        for topic_result in response.responses
+        for partition, code, message, *_ in topic_result[1]
+        if code
+    ]
 
 
 def _elect_errors(response: Any) -> list[str]:
-    return [
-        f"partition {partition}: {for_code(code).__name__} {message or ''}".strip()
+    refused = [
+        (partition, _problem(code, message))
         for _, results in response.replica_election_results
         for partition, code, message in results
         if code not in (0, _ELECTION_NOT_NEEDED)
     ]
+    if refused and all(_NEEDS_ALTER in problem for _, problem in refused):
+        return [refused[0][1]]  # an ACL refuses every partition alike: once is enough
+    return [f"partition {partition}: {problem}" for partition, problem in refused]
+
+
+_NEEDS_ALTER = "the probe's principal needs Alter on the cluster"
+
+
+def _problem(code: int, message: str | None) -> str:
+    """An error in words. Kafka's own message for a refused cluster ACL is a dump of
+    the request; what the operator needs is the ACL to grant."""
+    error = for_code(code)
+    if error is ClusterAuthorizationFailedError:
+        return f"{error.__name__}: {_NEEDS_ALTER} (or kafka.move_leaders: false)"
+    return f"{error.__name__} {message or ''}".strip()
 
 
 # The preferred leader already leads: not a problem.

@@ -18,12 +18,14 @@ class Described:
     isr: tuple[int, ...]
 
 
-def admin(bootstrap_servers: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap_servers})
+def admin(bootstrap_servers: str, **security: str) -> AdminClient:
+    """``security``: librdkafka's settings with ``_`` for ``.`` (sasl_username=...)."""
+    settings = {name.replace("_", "."): value for name, value in security.items()}
+    return AdminClient({"bootstrap.servers": bootstrap_servers, **settings})
 
 
-def describe(bootstrap_servers: str, topic: str) -> dict[int, Described]:
-    metadata = admin(bootstrap_servers).list_topics(topic, timeout=10)
+def describe(bootstrap_servers: str, topic: str, **security: str) -> dict[int, Described]:
+    metadata = admin(bootstrap_servers, **security).list_topics(topic, timeout=10)
     found = metadata.topics[topic]
     if found.error is not None:
         raise AssertionError(f"{topic}: {found.error}")
@@ -45,9 +47,23 @@ def under_min_isr(partitions: dict[int, Described], min_insync: int) -> int:
     return sum(1 for d in partitions.values() if len(d.isr) < min_insync)
 
 
-def create_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int = 3) -> None:
-    client = admin(bootstrap_servers)  # held: a collected client fails its futures
-    futures = client.create_topics([NewTopic(topic, partitions, replication)], operation_timeout=30)
+def create_topic(
+    bootstrap_servers: str,
+    topic: str,
+    partitions: int,
+    replication: int = 3,
+    *,
+    assignment: list[list[int]] | None = None,
+    **security: str,
+) -> None:
+    """A topic of ``partitions`` x ``replication``, or with these replica lists."""
+    client = admin(bootstrap_servers, **security)  # held: a collected client fails its futures
+    new = (
+        NewTopic(topic, len(assignment), replica_assignment=assignment)
+        if assignment
+        else NewTopic(topic, partitions, replication)
+    )
+    futures = client.create_topics([new], operation_timeout=30)
     futures[topic].result(timeout=60)
 
 
