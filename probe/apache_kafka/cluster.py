@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import hashlib
 import os
 import re
 import shutil
@@ -104,8 +105,16 @@ def libs_dir() -> Path:
     return cache / "synthetic-sla-probe" / f"apache-kafka-{kafka_version()}"
 
 
+def _pin() -> str:
+    """What an install was resolved from: the pom's hash (a changed pin re-resolves)."""
+    return (
+        f"apache-kafka {kafka_version()} pom sha256 {hashlib.sha256(POM.read_bytes()).hexdigest()}"
+    )
+
+
 def installed(libs: Path | None = None) -> bool:
-    return ((libs or libs_dir()) / "RESOLVED").exists()
+    stamp = (libs or libs_dir()) / "RESOLVED"
+    return stamp.exists() and stamp.read_text().splitlines()[:1] == [_pin()]
 
 
 def install(libs: Path | None = None, *, maven: str = "mvn") -> Path:
@@ -126,9 +135,7 @@ def install(libs: Path | None = None, *, maven: str = "mvn") -> Path:
             check=True,
         )  # fmt: skip
         jars = sorted(p.name for p in staging.glob("*.jar"))
-        (staging / "RESOLVED").write_text(
-            f"apache-kafka {kafka_version()} from {POM.name}\n" + "\n".join(jars) + "\n"
-        )
+        (staging / "RESOLVED").write_text(_pin() + "\n" + "\n".join(jars) + "\n")
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
     finally:
@@ -309,13 +316,17 @@ class KafkaCluster(Started):
         began = time.monotonic()
         if not self._formatted:
             self._format()
-        # The nodes wait for each other's quorum: started one after the other, the
-        # first would time out alone.
-        with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:
-            for started in [pool.submit(n.start) for n in self.nodes.values()]:
-                started.result()
+        self.start_nodes(*self.nodes)
         self.wait_ready()
         self.started_in = time.monotonic() - began
+
+    def start_nodes(self, *node_ids: int) -> None:
+        """Start these nodes at once. A broker opens its client listener only once the
+        controller quorum has it caught up: with the quorum lost (two of three nodes
+        down), nodes started one after the other would each wait for the next."""
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(node_ids))) as pool:
+            for started in [pool.submit(self.nodes[i].start) for i in node_ids]:
+                started.result()
 
     def _format(self) -> None:
         """Format every node's storage with one new cluster id, all three at once."""

@@ -24,6 +24,7 @@ skipped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -34,14 +35,18 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
+    InvalidProducerEpoch,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     NotEnoughReplicasError,
     NotLeaderForPartitionError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceNumber,
     TopicAlreadyExistsError,
     TopicAuthorizationFailedError,
+    UnknownProducerId,
     UnknownTopicOrPartitionError,
 )
 from aiokafka.helpers import create_ssl_context
@@ -94,6 +99,14 @@ def connection_options(config: KafkaConfig) -> dict[str, Any]:
     return {**options, **security}
 
 
+# An idempotent producer whose state the partition's leader no longer has: a leader
+# elected uncleanly, or a log truncated under it, answers every later write with
+# OUT_OF_ORDER_SEQUENCE_NUMBER (or UNKNOWN_PRODUCER_ID) for as long as the producer
+# lives. Kafka's own producer bumps its epoch and starts its sequences over (KIP-360);
+# aiokafka's does not, so the transport starts a new producer at the next round.
+_PRODUCER_STATE_LOST = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch)
+
+
 # Above this many partitions a reader that writes reads only where a canary is on
 # its way; up to it, a whole topic costs little to fetch (256 partitions fetched
 # every 100 ms: about 1 % of a core; 10,000: 42 %).
@@ -111,6 +124,8 @@ class _Awaited:
 
     payloads: list[bytes] = field(default_factory=list)
     until: float = 0.0  # monotonic time after which they are given up on
+    # The offsets the broker acknowledged them at, once it has (see _out_of_range).
+    offsets: dict[bytes, int] = field(default_factory=dict)
 
 
 class KafkaTransport:
@@ -149,12 +164,13 @@ class KafkaTransport:
             group_id=None,
             enable_auto_commit=False,
             fetch_max_wait_ms=int(config.fetch_max_wait * 1000),
-            # Only reached when a position falls off the log: the topic was recreated
-            # or the broker lost its data. Everything there is newer than our position.
-            auto_offset_reset="earliest",
+            # A position that falls off the log is moved by the transport itself
+            # (_out_of_range): the consumer raises OFFSET_OUT_OF_RANGE instead.
+            auto_offset_reset="none",
         )
         self._options = options
         self._refusals = kafka_refusals.install(produce_failure_reason)
+        self._renew_producer = False
         self._hold = hold
         self._writes = writes
         self._follow_above = FOLLOW_ABOVE if follow_above is None else follow_above
@@ -234,9 +250,28 @@ class KafkaTransport:
             ) from exc
         self._started = True
 
+    async def _renewed_producer(self) -> None:
+        """A new producer, and with it a new producer id, for one whose id the brokers
+        no longer know (see _PRODUCER_STATE_LOST)."""
+        self._renew_producer = False
+        idempotent = self.idempotent
+        old = self._producer
+        log.warning(
+            "topic %s: the brokers lost this producer's state (an unclean leader "
+            "election, a truncated log); starting a new producer",
+            self._topic,
+        )
+        with contextlib.suppress(KafkaError, TimeoutError):
+            async with asyncio.timeout(1.0):
+                await old.stop()
+        self._producer = self._new_producer(self._options, idempotent=idempotent)
+        await self._start_producer()
+
     async def partitions(self) -> list[int]:
+        if self._renew_producer:
+            await self._renewed_producer()
         client = self._producer.client
-        if not await client.force_metadata_update():
+        if not await _refreshed(client):
             raise TransportError(
                 f"metadata refresh failed: no broker of {self._config.bootstrap_servers} answered"
             )
@@ -244,11 +279,29 @@ class KafkaTransport:
         self._known = frozenset(found or ())
         if found:
             await self._read_topic_config()
+            await self._follow_leaders(client.cluster)
         if not found and self._assigned:
             # The topic is gone (deleted, or a broker that lost its storage): whatever
             # has this name next is a new log.
             self._restarted = True
         return sorted(found) if found else []
+
+    async def _follow_leaders(self, fresh: Any) -> None:
+        """Bring the reader's metadata up to date when a leader it reads from moved.
+
+        The reader's client refreshes its own metadata only every five minutes or when
+        a fetch says so; an offset lookup (after OFFSET_OUT_OF_RANGE, as a log
+        truncated by an unclean election gives) that a former leader refuses with
+        NOT_LEADER is retried against that same broker until then: the partition
+        stalls. The producer's metadata, refreshed every round, tells it first.
+        """
+        reader = self._consumer._client  # aiokafka's own client of the consumer
+        stale = any(
+            reader.cluster.leader_for_partition(tp) != fresh.leader_for_partition(tp)
+            for tp in map(self._tp, self._reading)
+        )
+        if stale:
+            await _refreshed(reader)
 
     async def provision(self) -> None:
         if not self._config.create_topic:
@@ -502,12 +555,18 @@ class KafkaTransport:
             # Waiting would grow the reader's assignment with every failure, and with
             # it the cost of every fetch, just when the probe is struggling.
             self._came_back(partition, payload)
+            if isinstance(exc, _PRODUCER_STATE_LOST):
+                self._renew_producer = True
             raise ProduceFailed(produce_failure_reason(exc), str(exc)) from exc
         except asyncio.CancelledError:
             self._came_back(partition, payload)  # the producer's deadline passed, as above
             raise
         offset = getattr(metadata, "offset", None)
-        return offset if isinstance(offset, int) and offset >= 0 else None
+        if not (isinstance(offset, int) and offset >= 0):
+            return None
+        if payload in awaited.payloads:  # not read back before its acknowledgement came
+            awaited.offsets[payload] = offset
+        return offset
 
     async def _enqueue(
         self, partition: int, payload: bytes, headers: list[tuple[str, bytes]]
@@ -563,6 +622,9 @@ class KafkaTransport:
             try:
                 batch = await self._consumer.getmany(timeout_ms=poll_ms if self._writes else 1000)
                 took_records = bool(batch)
+            except OffsetOutOfRangeError as exc:
+                await self._out_of_range(exc.args[0] if exc.args else {})
+                continue
             except KafkaError as exc:
                 # aiokafka fetches the same records again, so a batch it cannot decode
                 # (UnsupportedCodecError) fails every time: a read problem that makes
@@ -590,6 +652,49 @@ class KafkaTransport:
                         _traceparent(record.headers),
                     )
 
+    async def _out_of_range(self, fetched: Mapping[TopicPartition, int]) -> None:
+        """Move positions the log no longer has (OFFSET_OUT_OF_RANGE) to where reading
+        must go on.
+
+        Below the log's start (retention, deleted records): the oldest record kept.
+        Beyond its end, the log was truncated (an unclean leader election: the new
+        leader never had the last records) or the topic was re-created unseen: the
+        records from the end of the common history on are new, and the reader has not
+        seen them. Kafka's own consumers find that point through leader epochs
+        (KIP-320), which aiokafka does not ask for; the probe knows better still where
+        its own canaries went: the lowest offset of a canary acknowledged and not read
+        back yet, else the log's end. Reading from the start instead would hand out
+        every canary read before again (false duplicates), and from the end would skip
+        canaries written since the truncation (false losses). Records of other writers
+        between the common history and the first such canary are not read.
+        """
+        tps = [tp for tp in fetched if tp.partition in self._assigned]
+        if not tps:
+            return
+        try:
+            starts = await self._consumer.beginning_offsets(tps)
+            ends = await self._consumer.end_offsets(tps)
+        except KafkaError as exc:
+            self._note_read_problem(f"offset out of range, log bounds unknown: {exc}")
+            await asyncio.sleep(1.0)
+            return
+        moved: dict[int, int] = {}
+        for tp in tps:
+            start, end, position = starts[tp], ends[tp], fetched[tp]
+            if position < start:
+                moved[tp.partition] = start
+                continue
+            awaited = self._awaited.get(tp.partition)
+            acked = awaited.offsets.values() if awaited is not None else ()
+            moved[tp.partition] = min((o for o in acked if start <= o < end), default=end)
+        log.warning(
+            "topic %s: positions out of range (log truncated, re-created, or past "
+            "retention), reading on from %s",
+            self._topic,
+            {tp.partition: f"{fetched[tp]}->{moved[tp.partition]}" for tp in tps[:10]},
+        )
+        self._reposition(moved)
+
     def _fetched(self) -> bool:
         """Whether every partition read now has come back in a fetch since it was assigned."""
         consumer = self._consumer
@@ -603,6 +708,7 @@ class KafkaTransport:
             awaited.payloads.remove(value)
         except ValueError:
             return
+        awaited.offsets.pop(value, None)
         if not awaited.payloads:
             del self._awaited[partition]
 
@@ -649,6 +755,24 @@ class KafkaTransport:
 
     def _tp(self, partition: int) -> TopicPartition:
         return TopicPartition(self._topic, partition)
+
+
+async def _refreshed(client: Any) -> bool:
+    """Refresh an aiokafka client's metadata; whether a broker answered.
+
+    aiokafka asks only the brokers its last metadata listed. When those are all gone
+    (the last refresh came while one broker was left, and that one failed since), it
+    would never ask the others again, though they are back and leading. Kafka's own
+    clients bootstrap again then (KIP-899); so does the probe, from the configured
+    list.
+    """
+    if await client.force_metadata_update():
+        return True
+    try:
+        await client.bootstrap()
+    except (KafkaError, OSError, TimeoutError):
+        return False
+    return bool(await client.force_metadata_update())
 
 
 def _traceparent(headers: Sequence[tuple[str, bytes | None]] | None) -> str | None:

@@ -1,0 +1,68 @@
+"""An unclean leader election under the probe (Apache Kafka, a cluster of its own).
+
+The canary topic allows it (unclean.leader.election.enable, min.insync.replicas 1);
+two brokers stop, the third leads every partition alone and acknowledges canaries
+the others never get, then dies; the other two come back and one of them, stale, is
+elected. Its logs are shorter than the reader's positions (OFFSET_OUT_OF_RANGE), it
+knows nothing of the probe's producer id (OUT_OF_ORDER_SEQUENCE_NUMBER), and the
+probe's clients last heard of the dead broker alone. The probe must come back by
+itself as soon as the new leaders serve: every partition delivered again, no
+canary read twice (no false duplicates), none of the new ones skipped (no false loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka.admin import NewTopic
+
+from probe.apache_kafka.cluster import KafkaCluster
+from tests.apache_kafka.kafka_admin import admin, describe
+from tests.conftest import RunningProbe, run_args, sample, wait_for
+
+
+def test_the_probe_reads_and_writes_on_after_an_unclean_election(
+    own_kafka_cluster: KafkaCluster,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    cluster, servers = own_kafka_cluster, own_kafka_cluster.bootstrap_servers
+    unclean = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+    client = admin(servers)  # held until the topic is created: a collected one fails
+    client.create_topics([NewTopic(topic, 3, 3, config=unclean)])[topic].result(timeout=60)
+    args = [a for a in run_args(servers, topic, key_file) if a != "--create-topic"]
+    probe = start_probe(*args, "--no-create-topic")
+
+    def count(name: str, **labels: str) -> float:
+        return sample(probe.metrics(), name, **labels)
+
+    wait_for(lambda: probe.canaries("delivered") >= 3 * 3, timeout=60, what="3 rounds")
+    cluster.node(1).stop()
+    cluster.node(3).stop()
+    alone = probe.canaries("delivered")
+    wait_for(lambda: probe.canaries("delivered") >= alone + 3 * 3, timeout=60,
+             what="3 rounds acknowledged by broker 2 alone")  # fmt: skip
+    cluster.node(2).kill()
+    cluster.start_nodes(1, 3)
+    wait_for(
+        lambda: all(d.leader in (1, 3) for d in describe(servers, topic).values()),
+        timeout=60,
+        what="stale replicas elected uncleanly",
+    )
+    elected = probe.canaries("delivered")
+    wait_for(
+        lambda: (
+            probe.canaries("delivered") >= elected + 3 * 5
+            and count("synthetic_sla_stale_partitions", stage="consumer") == 0
+        ),
+        timeout=90,
+        what="five rounds delivered by the new leaders, no partition stale",
+    )
+    log = probe.log.read_text()
+    assert "positions out of range" in log
+    assert "starting a new producer" in log
+    assert count("synthetic_sla_duplicates_total") == 0
+    assert count("synthetic_sla_resurrected_total") == 0
+    assert probe.canaries("lost") == 0
