@@ -4,7 +4,7 @@ Run: ``python benchmarks/bench_overhead.py [--broker embedded|apache-kafka]
 [--fetch-wait-ms MS ...] [--blocks B] [--samples N]``
 
 One broker (the embedded one, or Apache Kafka's three-broker cluster: RF 3, min ISR
-2, both sides idempotent as the probe is by default there), one process. For each
+2, acks=all, neither side idempotent, as the probe by default), one process. For each
 consumer fetch max wait, blocks of three sides rotate, so machine noise hits all: the
 bare client one record at a time (the broker's own floor), the bare client sending a
 round like the probe's (one record to every partition at once: the probe's floor;
@@ -72,9 +72,8 @@ async def bare_block(
         await admin.create_topics([NewTopic(topic, PARTITIONS, min(3, brokers))])
     finally:
         await admin.close()
-    # Idempotent where the probe is by default: a broker that grants producer ids.
     producer = AIOKafkaProducer(
-        bootstrap_servers=servers, acks="all", linger_ms=0, enable_idempotence=brokers > 1
+        bootstrap_servers=servers, acks="all", linger_ms=0, enable_idempotence=False
     )
     consumer = AIOKafkaConsumer(
         bootstrap_servers=servers,

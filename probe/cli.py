@@ -221,17 +221,9 @@ def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
             _option(
                 "idempotence",
                 "kafka.idempotence",
-                "Require an idempotent producer (default: idempotent where the broker "
-                "grants a producer id, with a warning where it does not).",
+                "Idempotent producer (a producer id is required; off by default).",
                 is_flag=True,
                 flag_value=True,
-            ),
-            _option(
-                "no-idempotence",
-                "kafka.idempotence",
-                "Never ask for a producer id (plain acks=all retries).",
-                is_flag=True,
-                flag_value=False,
             ),
             _log_level(),
             _option(

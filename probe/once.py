@@ -49,15 +49,8 @@ def broker_for(config: ProbeConfig) -> Iterator[ProbeConfig]:
         yield config
         return
     with EmbeddedBroker() as broker:
-        # The embedded broker grants no producer id: left to the default, idempotence
-        # is off there without the warning a real broker's refusal deserves.
-        idempotence = False if config.kafka.idempotence is None else config.kafka.idempotence
         kafka = config.kafka.model_copy(
-            update={
-                "bootstrap_servers": broker.bootstrap_servers,
-                "create_topic": True,
-                "idempotence": idempotence,
-            }
+            update={"bootstrap_servers": broker.bootstrap_servers, "create_topic": True}
         )
         yield config.model_copy(update={"kafka": kafka})
 

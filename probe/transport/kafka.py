@@ -158,7 +158,7 @@ class KafkaTransport:
         self._config = config
         self._topic = config.topic
         options = connection_options(config)
-        self._producer = self._new_producer(options, idempotent=config.idempotence is not False)
+        self._producer = self._new_producer(options, idempotent=config.idempotence)
         self._consumer = AIOKafkaConsumer(
             **options,
             group_id=None,
@@ -205,9 +205,6 @@ class KafkaTransport:
         return bool(self._producer._txn_manager is not None)
 
     async def _start_producer(self) -> None:
-        """Start the producer; with idempotence left to the broker (the default), one
-        that refuses a producer id (InitProducerId) gets a plain acks=all producer. A
-        broker that cannot be reached is no refusal: that error goes up as it is."""
         try:
             # aiokafka asks for a producer id until it gets one: a cluster that cannot
             # grant it (its controller quorum lost) would hold the start forever.
@@ -220,21 +217,6 @@ class KafkaTransport:
                 f"{self._config.send_timeout:g}s (an idempotent producer waits for the "
                 "controller quorum; kafka.idempotence: false produces without one)"
             ) from None
-        except KafkaConnectionError:
-            raise
-        except KafkaError as exc:
-            if self._config.idempotence is not None or not self._producer.client.cluster.brokers():
-                raise
-            await self._producer.stop()
-            log.warning(
-                "%s: the broker refused a producer id (%s: %s); producing without "
-                "idempotence (kafka.idempotence: false says so, true requires it)",
-                self._config.bootstrap_servers,
-                type(exc).__name__,
-                exc,
-            )
-            self._producer = self._new_producer(self._options, idempotent=False)
-            await self._producer.start()
 
     async def start(self) -> None:
         try:

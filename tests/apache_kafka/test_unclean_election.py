@@ -4,7 +4,7 @@ The canary topic allows it (unclean.leader.election.enable, min.insync.replicas 
 two brokers stop, the third leads every partition alone and acknowledges canaries
 the others never get, then dies; the other two come back and one of them, stale, is
 elected. Its logs are shorter than the reader's positions (OFFSET_OUT_OF_RANGE), it
-knows nothing of the probe's producer id (OUT_OF_ORDER_SEQUENCE_NUMBER), and the
+knows nothing of an idempotent probe's producer id (OUT_OF_ORDER_SEQUENCE_NUMBER), and the
 probe's clients last heard of the dead broker alone. The probe must come back by
 itself as soon as the new leaders serve: every partition delivered again, no
 canary read twice (no false duplicates), none of the new ones skipped (no false loss).
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import NewTopic
 
 from probe.apache_kafka.cluster import KafkaCluster
@@ -22,7 +23,9 @@ from tests.apache_kafka.kafka_admin import admin, describe
 from tests.conftest import RunningProbe, run_args, sample, wait_for
 
 
+@pytest.mark.parametrize("idempotence", [False, True], ids=["plain", "idempotent"])
 def test_the_probe_reads_and_writes_on_after_an_unclean_election(
+    idempotence: bool,
     own_kafka_cluster: KafkaCluster,
     topic: str,
     key_file: Path,
@@ -33,7 +36,8 @@ def test_the_probe_reads_and_writes_on_after_an_unclean_election(
     client = admin(servers)  # held until the topic is created: a collected one fails
     client.create_topics([NewTopic(topic, 3, 3, config=unclean)])[topic].result(timeout=60)
     args = [a for a in run_args(servers, topic, key_file) if a != "--create-topic"]
-    probe = start_probe(*args, "--no-create-topic")
+    flags = ["--idempotence"] if idempotence else []
+    probe = start_probe(*args, "--no-create-topic", *flags)
 
     def count(name: str, **labels: str) -> float:
         return sample(probe.metrics(), name, **labels)
@@ -62,7 +66,8 @@ def test_the_probe_reads_and_writes_on_after_an_unclean_election(
     )
     log = probe.log.read_text()
     assert "positions out of range" in log
-    assert "starting a new producer" in log
+    # Only an idempotent producer has state on the brokers to lose.
+    assert ("starting a new producer" in log) is idempotence
     assert count("synthetic_sla_duplicates_total") == 0
     assert count("synthetic_sla_resurrected_total") == 0
     assert probe.canaries("lost") == 0
