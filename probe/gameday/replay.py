@@ -67,7 +67,8 @@ class ReplayPlan:
     live_step: float
     factor: float
     history: float
-    # Live time the fault starts: the steady phase before it sets the history's rates.
+    # Live time the fault starts being injected: the steady phase before it sets the
+    # history's rates.
     fault_start: float
     # Healthy production time appended after the live run, extrapolated from its last
     # samples, so that alerts whose windows outlast the recovery phase can resolve.

@@ -130,6 +130,10 @@ class PhaseClock:
     def __init__(self) -> None:
         self.start = time.time()
         self.fault = self.recovery = self.end = self.start
+        # When injecting began: the steady phase ends there, not when the fault was in
+        # place (a broker's controlled shutdown takes seconds, and its effects on the
+        # canaries then are the fault's, not the steady state's).
+        self.injecting = self.start
 
     def phases(self) -> PhaseTimes:
         return PhaseTimes(self.start, self.fault, self.recovery, self.end)
@@ -156,6 +160,7 @@ def run_phases(
         # listens), or removed: injecting may take seconds (a broker given time to
         # shut down), and detection is timed from the fault, not from the request.
         say(f"injecting {scenario.fault.kind}")
+        clock.injecting = time.time()
         fault.inject()
         clock.fault = time.time()
         say(f"fault in place for {phases.fault:g}s")
@@ -219,7 +224,8 @@ def judge_run(
         live_step=live_step,
         factor=scenario.time_factor,
         history=production.history,
-        fault_start=clock.fault,
+        # The history continues the steady phase's rates, measured until injecting began.
+        fault_start=clock.injecting,
         tail=production.tail,
     )
     timeline = replay(series, plan, clock.end, rules_file, workdir)

@@ -1,12 +1,14 @@
 """`sla-probe gameday` end to end: exit codes, and the quick local scenarios for real
 (embedded broker, `sla-probe run`, Prometheus with the shipped rules, promtool).
 
-Each quick scenario is under a minute of live time plus a few seconds of replay.
+Each quick scenario is under a minute of live time plus a few seconds of replay; the
+quick ones on Apache Kafka's three-broker cluster take about 2.5 minutes each.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
 
 
-def _gameday(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _gameday(
+    *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [SLA_PROBE, "gameday", *args],
         capture_output=True,
@@ -27,6 +31,7 @@ def _gameday(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[st
         timeout=timeout,
         check=False,
         cwd=ROOT,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -55,8 +60,22 @@ def test_every_shipped_scenario_is_valid() -> None:
     assert "staging-example" in names
 
 
-def _run(name: str) -> dict[str, Any]:
-    result = _gameday(str(SCENARIOS / f"{name}.yaml"), "--json")
+def test_a_cluster_scenario_without_kafkas_jars_says_to_run_make_kafka(tmp_path: Path) -> None:
+    result = _gameday(
+        str(SCENARIOS / "kafka-broker-stop.yaml"),
+        env={"SLA_PROBE_KAFKA_LIBS": str(tmp_path / "no-jars")},
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "sla-probe: gameday kafka-broker-stop: broker: apache-kafka needs Apache Kafka's "
+        f"jars, not in {tmp_path / 'no-jars'}: run `make kafka` "
+        "(python -m probe.apache_kafka install) first"
+    )
+
+
+def _run(name: str, timeout: float = 240) -> dict[str, Any]:
+    result = _gameday(str(SCENARIOS / f"{name}.yaml"), "--json", timeout=timeout)
     assert result.stdout, result.stderr
     report: dict[str, Any] = json.loads(result.stdout)
     assert result.returncode == (0 if report["ok"] else 1)
@@ -117,3 +136,23 @@ def test_an_unmet_expectation_exits_1_and_a_table_run_says_which(tmp_path: Path)
     assert "| expects-too-much | SyntheticSlaAvailabilityBudgetBurn | not fired" in result.stdout
     assert "FAIL: SyntheticSlaAvailabilityBudgetBurn" in result.stderr
     assert "result: FAIL" in result.stderr
+
+
+# --- Apache Kafka's three-broker cluster (broker: apache-kafka; `make kafka`) ------------
+
+
+def test_a_rolling_restart_of_the_kafka_cluster_pages_nobody_and_loses_no_canary() -> None:
+    # A cluster to start besides the game day: under 2.5 min here, 3 on a busy machine.
+    report = _run("kafka-rolling-restart", timeout=285)
+    assert report["false_pages"]["computed"] == []
+    assert report["canaries"]["lost"] == 0
+    assert report["canaries"]["delivered"] > 0
+    assert report["resolved"]["computed"]["ok"]
+
+
+def test_a_controlled_broker_stop_pages_nobody_and_loses_no_canary() -> None:
+    """Broker 3's leaderships move away and back (elected once it is in sync again): the
+    reader must follow them back, or it reads them from a follower, 0.5 s late."""
+    report = _run("kafka-broker-stop", timeout=285)
+    assert report["false_pages"]["computed"] == []
+    assert report["canaries"]["lost"] == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -34,7 +35,9 @@ def echo_port() -> Iterator[int]:
 
 
 def _echo(conn: socket.socket) -> None:
-    with conn:
+    # A connection held by a blackhole is dialled when it is restored, after its client
+    # gave up: the proxy then resets it.
+    with conn, contextlib.suppress(ConnectionResetError):
         while data := conn.recv(4096):
             conn.sendall(data)
 
@@ -106,3 +109,35 @@ def _listening_sockets() -> set[tuple[str, int]]:
             family = socket.AF_INET if width == 8 else socket.AF_INET6
             found.add((socket.inet_ntop(family, words), int(port_hex, 16)))
     return found
+
+
+def test_the_proxy_faults_act_on_every_proxy_of_a_cluster(echo_port: int, tmp_path: Path) -> None:
+    """On the Apache Kafka cluster each broker has a proxy of its own: a network fault
+    between the probe and "the brokers" is on all of them."""
+    from probe.gameday.faults import build_fault  # noqa: PLC0415
+    from probe.gameday.faults.base import LocalTargets  # noqa: PLC0415
+    from probe.gameday.scenario import ProxyBlackhole, ProxyLatency  # noqa: PLC0415
+
+    with TcpProxy(echo_port) as one, TcpProxy(echo_port) as two:
+        targets = LocalTargets(
+            None,
+            None,
+            None,
+            "t",
+            6,
+            tmp_path / "k",
+            "p",
+            broker_proxies={1: one, 2: two},  # type: ignore[arg-type]
+        )
+        assert targets.bootstrap_servers == f"{one.address},{two.address}"
+        latency = build_fault(ProxyLatency(kind="proxy-latency", delay=0.3), targets)
+        latency.inject()
+        assert all(_round_trip(proxy.port) >= 0.6 for proxy in (one, two))
+        latency.heal()
+        blackhole = build_fault(ProxyBlackhole(kind="proxy-blackhole"), targets)
+        blackhole.inject()
+        for proxy in (one, two):
+            with pytest.raises(TimeoutError):
+                _round_trip(proxy.port, timeout=0.5)
+        blackhole.heal()
+        assert all(_round_trip(proxy.port) < 0.2 for proxy in (one, two))

@@ -119,6 +119,64 @@ expect:
             "probe: {stages: [consumer, sink]}\n",
             "sink_process: fault kind sink-stall holds the sink in the probe",
         ),
+        # The broker of a local run, and the faults that need one kind of broker.
+        (MINIMAL + "broker: kafka\n", "broker: Input should be 'embedded' or 'apache-kafka'"),
+        (
+            "name: x\nfault: {kind: kafka-broker-stop}\n",
+            "fault.kind: kafka-broker-stop acts on the Apache Kafka cluster: needs broker: "
+            "apache-kafka (this scenario has broker: embedded)",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: broker-stop}\n",
+            "fault.kind: broker-stop acts on the embedded broker: needs broker: embedded",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: broker-data-loss}\n",
+            "fault.kind: broker-data-loss acts on the embedded broker",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: silent-partition}\n",
+            "fault.kind: silent-partition acts on the embedded broker",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-broker-stop, broker: 4}\n",
+            "fault.broker: Input should be less than or equal to 3",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-broker-stop, how: crash}\n",
+            "fault.how: Input should be 'controlled' or 'kill'",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-brokers-down, brokers: [2, 2]}\n",
+            "fault.brokers: a broker named twice",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-brokers-down, brokers: []}\n",
+            "fault.brokers: Tuple should have at least 1 item",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-broker-blackhole, broker: 0}\n",
+            "fault.broker: Input should be greater than or equal to 1",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-controller-kill, broker: 1}\n",
+            "fault.broker: unknown setting",
+        ),
+        (
+            "name: x\nmode: staging\nbroker: apache-kafka\nfault: {kind: hooks}\n"
+            "staging: {prometheus_url: http://p, inject: {command: a}, heal: {command: b}}\n",
+            "broker: a staging run uses your brokers; broker is for mode: local",
+        ),
+        (MINIMAL + "expect: {max_lost: -1}\n", "expect.max_lost: Input should be greater than"),
+        (
+            "name: x\nfault: {kind: probe-restart}\nexpect: {max_lost: 0}\n",
+            "expect.max_lost: probe-restart restarts the probe, whose counters start again",
+        ),
+        (
+            "name: x\nmode: staging\nfault: {kind: hooks}\nexpect: {max_lost: 0}\n"
+            "staging: {prometheus_url: http://p, inject: {command: a}, heal: {command: b}}\n",
+            "expect.max_lost: needs mode: local",
+        ),
     ],
 )
 def test_a_bad_scenario_is_one_error_naming_the_field(
@@ -133,3 +191,47 @@ def test_a_missing_rules_file_is_a_config_error(tmp_path: Path) -> None:
     path = _write(tmp_path, MINIMAL + "prometheus: {rules_file: nowhere.yml}\n")
     with pytest.raises(ConfigError, match=r"^prometheus.rules_file: .*nowhere.yml is not a file"):
         load_scenario(path)
+
+
+def test_the_broker_is_embedded_unless_the_scenario_says_apache_kafka(tmp_path: Path) -> None:
+    assert load_scenario(_write(tmp_path, MINIMAL)).broker == "embedded"
+    assert load_scenario(_write(tmp_path, MINIMAL)).expect.max_lost is None
+    scenario = load_scenario(
+        _write(
+            tmp_path,
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-broker-stop}\n"
+            "expect: {max_lost: 0}\n",
+        )
+    )
+    assert scenario.broker == "apache-kafka"
+    assert scenario.expect.max_lost == 0
+
+
+@pytest.mark.parametrize(
+    ("fault", "settings"),
+    [
+        ("{kind: kafka-broker-stop}", {"broker": 3, "how": "controlled"}),
+        ("{kind: kafka-broker-stop, broker: 1, how: kill}", {"broker": 1, "how": "kill"}),
+        ("{kind: kafka-rolling-restart}", {"in_sync_timeout": 120.0}),
+        ("{kind: kafka-rolling-restart, in_sync_timeout: 1m}", {"in_sync_timeout": 60.0}),
+        ("{kind: kafka-brokers-down}", {"brokers": (2, 3)}),
+        ("{kind: kafka-brokers-down, brokers: [1]}", {"brokers": (1,)}),
+        ("{kind: kafka-broker-blackhole}", {"broker": 2}),
+        ("{kind: kafka-controller-kill}", {}),
+    ],
+)
+def test_the_cluster_faults_and_their_defaults(
+    tmp_path: Path, fault: str, settings: dict[str, object]
+) -> None:
+    scenario = load_scenario(_write(tmp_path, f"name: x\nbroker: apache-kafka\nfault: {fault}\n"))
+    assert scenario.fault.model_dump(exclude={"kind"}) == settings
+
+
+@pytest.mark.parametrize(
+    "kind", ["proxy-latency", "proxy-blackhole", "hostile-records", "probe-restart"]
+)
+def test_the_faults_of_any_broker_run_on_the_cluster_too(tmp_path: Path, kind: str) -> None:
+    scenario = load_scenario(
+        _write(tmp_path, f"name: x\nbroker: apache-kafka\nfault: {{kind: {kind}}}\n")
+    )
+    assert scenario.fault.kind == kind

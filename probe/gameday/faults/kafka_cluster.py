@@ -18,7 +18,6 @@ controller is read from the nodes' own ``quorum-state`` files (see
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import threading
 import time
@@ -171,25 +170,20 @@ class _StepLog:
 
     def __init__(self, cluster: KafkaCluster) -> None:
         self.path = cluster.workdir / "faults.log"
-        self.lines: list[str] = []
 
     def __call__(self, step: str, action: Callable[[], object]) -> float:
         began = time.monotonic()
         action()
         seconds = time.monotonic() - began
-        line = f"{time.strftime('%H:%M:%S')} {step}: {seconds:.1f}s"
-        self.lines.append(line)
         with self.path.open("a") as log:
-            log.write(line + "\n")
+            log.write(f"{time.strftime('%H:%M:%S')} {step}: {seconds:.1f}s\n")
         return seconds
 
 
 def _start_registered(cluster: KafkaCluster, node_ids: Sequence[int]) -> None:
     """Start these nodes (together: two of three controllers need each other for a
     quorum), and return once every broker of the cluster is registered and unfenced."""
-    with concurrent.futures.ThreadPoolExecutor(max(1, len(node_ids))) as pool:
-        for started in [pool.submit(cluster.node(i).start) for i in node_ids]:
-            started.result()
+    cluster.start_nodes(*node_ids)
     cluster.wait_ready(timeout=REGISTERED_TIMEOUT)
 
 

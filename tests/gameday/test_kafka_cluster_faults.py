@@ -1,0 +1,349 @@
+"""The faults of the Apache Kafka cluster (probe.gameday.faults.kafka_cluster): the
+pure readings of what the cluster says, table-driven; then each fault on a real
+three-broker KRaft cluster of its own, every node behind a proxy it advertises, as
+a game day runs it, checked against what Kafka itself says (an independent client:
+confluent-kafka's admin API)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from confluent_kafka import KafkaException, Producer
+
+from probe.apache_kafka.cluster import KafkaCluster, live_brokers
+from probe.embedded import free_loopback_port
+from probe.gameday.faults import build_fault
+from probe.gameday.faults.base import LocalTargets, WrongBrokerError
+from probe.gameday.faults.kafka_cluster import (
+    KafkaControllerKillFault,
+    KafkaRollingRestartFault,
+    active_controller,
+    lagging_partitions,
+    quorum_leader,
+    wait_in_sync,
+)
+from probe.gameday.faults.proxy import TcpProxy
+from probe.gameday.scenario import (
+    KafkaBrokerBlackhole,
+    KafkaBrokersDown,
+    KafkaBrokerStop,
+    KafkaControllerKill,
+    KafkaRollingRestart,
+)
+from tests.apache_kafka.kafka_admin import describe, leaders
+from tests.conftest import wait_for
+
+PARTITIONS = 6
+
+# --- What the cluster said, judged ---------------------------------------------------------
+
+
+def _partition(index: int, leader: int, isr: list[int], replicas: tuple[int, ...] = (1, 2, 3)):
+    return {"partition": index, "leader": leader, "replicas": list(replicas), "isr": isr}
+
+
+def _topic(name: str, *partitions: dict[str, Any], error_code: int = 0) -> dict[str, Any]:
+    return {"topic": name, "error_code": error_code, "partitions": list(partitions)}
+
+
+@pytest.mark.parametrize(
+    ("topics", "lagging"),
+    [
+        ([_topic("c", _partition(0, 1, [1, 2, 3]), _partition(1, 2, [3, 2, 1]))], []),
+        (
+            [_topic("c", _partition(0, 1, [1, 2]), _partition(1, 2, [1, 2, 3]))],
+            ["c[0] leader 1 isr [1, 2] of [1, 2, 3]"],
+        ),
+        # No leader is never in sync, whatever the ISR says.
+        (
+            [_topic("c", _partition(0, -1, [1, 2, 3]))],
+            ["c[0] leader -1 isr [1, 2, 3] of [1, 2, 3]"],
+        ),
+        ([], ["c: not listed"]),
+        ([_topic("c", error_code=3)], ["c: not listed"]),
+        # __consumer_offsets exists once a group was used: absent is no lag, present is judged.
+        ([_topic("c", _partition(0, 1, [1, 2, 3]))], []),
+        (
+            [
+                _topic("c", _partition(0, 1, [1, 2, 3])),
+                _topic("__consumer_offsets", _partition(4, 3, [3])),
+            ],
+            ["__consumer_offsets[4] leader 3 isr [3] of [1, 2, 3]"],
+        ),
+        # Other topics are not waited for.
+        ([_topic("c", _partition(0, 1, [1, 2, 3])), _topic("other", _partition(0, 1, [1]))], []),
+    ],
+)
+def test_lagging_partitions(topics: list[dict[str, Any]], lagging: list[str]) -> None:
+    assert lagging_partitions(topics, ["c", "__consumer_offsets"]) == lagging
+
+
+def _state(leader: int, epoch: int) -> str:
+    return json.dumps({"clusterId": "", "leaderId": leader, "leaderEpoch": epoch, "votedId": -1})
+
+
+@pytest.mark.parametrize(
+    ("states", "leader"),
+    [
+        ([_state(2, 1), _state(2, 1), _state(2, 1)], 2),
+        # A node that saw the newer election wins; one that knows no leader says nothing.
+        ([_state(2, 1), _state(3, 2), _state(-1, 3)], 3),
+        ([_state(-1, 1)], None),
+        # A file being rewritten, or of another shape, is skipped.
+        (["", "{", json.dumps({"leaderEpoch": 4}), _state(1, 2)], 1),
+        ([], None),
+    ],
+)
+def test_quorum_leader(states: list[str], leader: int | None) -> None:
+    assert quorum_leader(states) == leader
+
+
+def test_a_cluster_fault_refuses_the_embedded_broker(tmp_path: Path) -> None:
+    targets = LocalTargets(None, None, _Process(), "t", 3, tmp_path / "k", "p")
+    with pytest.raises(WrongBrokerError, match="broker: apache-kafka"):
+        build_fault(KafkaControllerKill(kind="kafka-controller-kill"), targets)
+
+
+# --- On a real cluster ----------------------------------------------------------------------
+
+
+class _Process:
+    """Stands in for the probe process, which no cluster fault touches."""
+
+    def __init__(self) -> None:
+        self.environment: dict[str, str] = {}
+
+    def stop(self) -> None:
+        raise AssertionError("a cluster fault stopped the probe")
+
+    def start(self) -> None:
+        raise AssertionError("a cluster fault started the probe")
+
+    def send_signal(self, signal_number: int) -> None:
+        raise AssertionError("a cluster fault signalled the probe")
+
+
+@pytest.fixture
+def cluster_targets(tmp_path: Path) -> Iterator[LocalTargets]:
+    """A cluster of its own, each node advertising a proxy in front of it (started
+    first: the cluster is ready once its brokers answer at the proxies), and a canary
+    topic of 6 partitions, RF 3, every broker leading two."""
+    proxy_ports = {node_id: free_loopback_port() for node_id in (1, 2, 3)}
+    cluster = KafkaCluster(workdir=tmp_path / "kafka", advertised_ports=proxy_ports)
+    proxies = {i: TcpProxy(cluster.node(i).port, port=port) for i, port in proxy_ports.items()}
+    for proxy in proxies.values():
+        proxy.start()
+    try:
+        with cluster:
+            targets = LocalTargets(
+                broker=None,
+                proxy=None,
+                probe=_Process(),
+                topic=f"canaries-{uuid.uuid4().hex[:8]}",
+                partitions=PARTITIONS,
+                key_file=tmp_path / "keys.json",
+                probe_id="probe-under-test",
+                cluster=cluster,
+                broker_proxies=proxies,
+            )
+            asyncio.run(_create_topic(targets.bootstrap_servers, targets.topic))
+            wait_in_sync(targets.bootstrap_servers, [targets.topic], 60, "the new topic")
+            yield targets
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+
+
+async def _create_topic(bootstrap_servers: str, topic: str) -> None:
+    """As the probe creates its topic (aiokafka's admin client): RF 3, 6 partitions."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, PARTITIONS, 3)])
+    finally:
+        await admin.close()
+
+
+def _cluster(targets: LocalTargets) -> KafkaCluster:
+    return targets.kafka_cluster()
+
+
+def _direct(cluster: KafkaCluster, node_id: int) -> str:
+    """A node's own client listener, bypassing its proxy (for bootstrapping only: the
+    metadata it answers names the proxies)."""
+    return f"127.0.0.1:{cluster.node(node_id).port}"
+
+
+def _produce(
+    bootstrap_servers: str, topic: str, partition: int, timeout: float = 15.0, retries: int = 5
+) -> None:
+    """One acks=all record; raises KafkaException with the broker's refusal (with
+    ``retries=0``: the first one, not the timeout that retrying it ends in)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "acks": "all",
+            "message.timeout.ms": int(timeout * 1000),
+            "enable.idempotence": False,
+            "retries": retries,
+        }
+    )
+    failures: list[Any] = []
+    producer.produce(topic, b"x", partition=partition, on_delivery=lambda e, _: failures.append(e))
+    producer.flush(timeout + 5)
+    if failures and failures[0] is not None:
+        raise KafkaException(failures[0])
+
+
+def _api_versions_answered(port: int, timeout: float) -> bool:
+    """Whether a Kafka ApiVersions request (v0) through this port gets an answer."""
+    request = struct.pack(">hhih", 18, 0, 7, len("t")) + b"t"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+            connection.sendall(struct.pack(">i", len(request)) + request)
+            return len(connection.recv(4)) == 4
+    except OSError:
+        return False
+
+
+def test_broker_stop_controlled_moves_its_leaderships_away_until_healed(
+    cluster_targets: LocalTargets,
+) -> None:
+    cluster, topic = _cluster(cluster_targets), cluster_targets.topic
+    bootstrap = cluster_targets.bootstrap_servers
+    assert 3 in leaders(describe(bootstrap, topic))
+    fault = build_fault(KafkaBrokerStop(kind="kafka-broker-stop", broker=3), cluster_targets)
+
+    fault.inject()
+
+    assert not cluster.node(3).running
+    described = describe(bootstrap, topic)
+    # Controlled: every partition has a leader on the other two, broker 3 out of the ISRs,
+    # and two replicas in sync (= min ISR), so acks=all writes go on.
+    assert leaders(described) <= {1, 2}
+    assert all(d.leader in (1, 2) and set(d.isr) == {1, 2} for d in described.values())
+    _produce(bootstrap, topic, 0)
+    fault.heal()
+    # Heal returns once the broker is registered again.
+    assert live_brokers(bootstrap) == {1, 2, 3}
+    wait_in_sync(bootstrap, [topic], 60, "broker 3 back")
+
+
+def test_broker_stop_kill_is_a_crash_noticed_when_its_session_times_out(
+    cluster_targets: LocalTargets,
+) -> None:
+    cluster, bootstrap = _cluster(cluster_targets), cluster_targets.bootstrap_servers
+    fault = build_fault(
+        KafkaBrokerStop(kind="kafka-broker-stop", broker=1, how="kill"), cluster_targets
+    )
+
+    fault.inject()
+
+    assert not cluster.node(1).running
+    wait_for(
+        lambda: 1 not in live_brokers(_direct(cluster, 2)),
+        timeout=60,
+        what="broker 1 fenced once its session timed out",
+    )
+    fault.heal()
+    assert live_brokers(bootstrap) == {1, 2, 3}
+
+
+def test_a_rolling_restart_restarts_each_broker_once_the_controller_last(
+    cluster_targets: LocalTargets,
+) -> None:
+    cluster = _cluster(cluster_targets)
+    controller = active_controller(cluster)
+    pids = {node_id: node.pid for node_id, node in cluster.nodes.items()}
+    fault = build_fault(KafkaRollingRestart(kind="kafka-rolling-restart"), cluster_targets)
+    assert isinstance(fault, KafkaRollingRestartFault)
+
+    fault.inject()
+    fault.heal()
+
+    assert fault.order[-1] == controller
+    assert sorted(fault.order) == [1, 2, 3]
+    restarted = {node_id: node.pid for node_id, node in cluster.nodes.items()}
+    assert all(restarted[i] not in (None, pids[i]) for i in pids), (pids, restarted)
+    # Heal returned with the last broker back in every ISR.
+    described = describe(cluster_targets.bootstrap_servers, cluster_targets.topic)
+    assert all(set(d.isr) == {1, 2, 3} for d in described.values()), described
+    steps = (cluster.workdir / "faults.log").read_text().splitlines()
+    assert [line.split(" ", 1)[1].rsplit(":", 1)[0] for line in steps] == [
+        f"broker {i}: {step}"
+        for i in fault.order
+        for step in ("controlled stop", "started and registered", "every ISR full")
+    ]
+
+
+def test_two_brokers_down_leave_every_partition_under_min_isr(
+    cluster_targets: LocalTargets,
+) -> None:
+    cluster, topic = _cluster(cluster_targets), cluster_targets.topic
+    spec = KafkaBrokersDown(kind="kafka-brokers-down", brokers=(2, 3))
+    fault = build_fault(spec, cluster_targets)
+
+    fault.inject()
+
+    assert not cluster.node(2).running
+    assert not cluster.node(3).running
+    # One in-sync replica of min ISR 2: broker 1 refuses acks=all writes outright.
+    with pytest.raises(KafkaException, match="NOT_ENOUGH_REPLICAS"):
+        _produce(cluster_targets.bootstrap_servers, topic, 0, timeout=10, retries=0)
+    described = describe(_direct(cluster, 1), topic)
+    assert all(d.leader == 1 and d.isr == (1,) for d in described.values()), described
+    fault.heal()
+    assert live_brokers(cluster_targets.bootstrap_servers) == {1, 2, 3}
+    wait_in_sync(cluster_targets.bootstrap_servers, [topic], 60, "brokers 2 and 3 back")
+    _produce(cluster_targets.bootstrap_servers, topic, 0)
+
+
+def test_a_blackholed_broker_is_cut_off_from_clients_and_still_replicates(
+    cluster_targets: LocalTargets,
+) -> None:
+    cluster, topic = _cluster(cluster_targets), cluster_targets.topic
+    proxy = cluster_targets.broker_proxies[2]
+    assert _api_versions_answered(proxy.port, timeout=5)
+    fault = build_fault(KafkaBrokerBlackhole(kind="kafka-broker-blackhole"), cluster_targets)
+
+    fault.inject()
+
+    assert not _api_versions_answered(proxy.port, timeout=2)
+    assert _api_versions_answered(cluster_targets.broker_proxies[1].port, timeout=5)
+    # Kafka sees nothing wrong: broker 2 stays in every ISR, and an acks=all write led
+    # by another broker completes, replicated to broker 2. (Asked with librdkafka, which
+    # asks a broker it is connected to: aiokafka's admin client may pick broker 2.)
+    led_by_1 = next(p for p, d in describe(_direct(cluster, 1), topic).items() if d.leader == 1)
+    _produce(_direct(cluster, 1), topic, led_by_1)
+    described = describe(_direct(cluster, 3), topic)
+    assert all(set(d.isr) == {1, 2, 3} for d in described.values()), described
+    fault.heal()
+    assert _api_versions_answered(proxy.port, timeout=5)
+
+
+def test_controller_kill_kills_the_active_controller_and_a_new_one_is_elected(
+    cluster_targets: LocalTargets,
+) -> None:
+    cluster = _cluster(cluster_targets)
+    controller = active_controller(cluster)
+    fault = build_fault(KafkaControllerKill(kind="kafka-controller-kill"), cluster_targets)
+    assert isinstance(fault, KafkaControllerKillFault)
+
+    fault.inject()
+
+    assert fault.killed == controller
+    assert not cluster.node(controller).running
+    # The two other voters elect one of themselves.
+    assert active_controller(cluster, timeout=60) != controller
+    fault.heal()
+    assert cluster.node(controller).running
+    assert live_brokers(cluster_targets.bootstrap_servers) == {1, 2, 3}
