@@ -270,23 +270,11 @@ class KafkaCluster(Started):
         self.libs = libs or libs_dir()
         self.workdir = workdir
         self.started_in: float | None = None
-        ports = [(free_loopback_port(), free_loopback_port()) for _ in range(brokers)]
-        voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports, start=1))
-        merged = {**CLUSTER_SETTINGS, **_sasl_plain(plain_users), **(settings or {})}
-        self.nodes = {
-            i: KafkaNode(
-                i,
-                libs=self.libs,
-                directory=workdir / f"node-{i}",
-                port=port,
-                controller_port=controller,
-                voters=voters,
-                settings=merged,
-                advertised_port=(advertised_ports or {}).get(i),
-                client_protocol="SASL_PLAINTEXT" if plain_users else "PLAINTEXT",
-            )
-            for i, (port, controller) in enumerate(ports, start=1)
-        }
+        self._brokers = brokers
+        self._settings = {**CLUSTER_SETTINGS, **_sasl_plain(plain_users), **(settings or {})}
+        self._advertised = dict(advertised_ports or {})
+        self._client_protocol = "SASL_PLAINTEXT" if plain_users else "PLAINTEXT"
+        self.nodes = self._new_nodes()
         self._formatted = False
         # How a client authenticates (aiokafka's names): the first PLAIN user, if any.
         self.client_security: dict[str, str] = {}
@@ -298,6 +286,25 @@ class KafkaCluster(Started):
                 "sasl_plain_username": name,
                 "sasl_plain_password": password,
             }
+
+    def _new_nodes(self) -> dict[int, KafkaNode]:
+        """Nodes on free loopback ports (the advertised ones as given)."""
+        ports = [(free_loopback_port(), free_loopback_port()) for _ in range(self._brokers)]
+        voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports, start=1))
+        return {
+            i: KafkaNode(
+                i,
+                libs=self.libs,
+                directory=self.workdir / f"node-{i}",
+                port=port,
+                controller_port=controller,
+                voters=voters,
+                settings=self._settings,
+                advertised_port=self._advertised.get(i),
+                client_protocol=self._client_protocol,
+            )
+            for i, (port, controller) in enumerate(ports, start=1)
+        }
 
     @property
     def bootstrap_servers(self) -> str:
@@ -314,11 +321,31 @@ class KafkaCluster(Started):
                 "(python -m probe.apache_kafka install) first"
             )
         began = time.monotonic()
-        if not self._formatted:
+        try:
+            if not self._formatted:
+                self._format()
+            self.start_nodes(*self.nodes)
+            self.wait_ready()
+        except TransportError as exc:
+            # A free port is free when picked, not when the JVM binds it: a client's
+            # outgoing connection may take it in between. Once, on fresh ports.
+            if "Address already in use" not in str(exc) + self._logs():
+                raise
+            self.stop()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.nodes = self._new_nodes()
+            self._formatted = False
             self._format()
-        self.start_nodes(*self.nodes)
-        self.wait_ready()
+            self.start_nodes(*self.nodes)
+            self.wait_ready()
         self.started_in = time.monotonic() - began
+
+    def _logs(self) -> str:
+        return "".join(
+            n.directory.joinpath("server.log").read_text(errors="replace")
+            for n in self.nodes.values()
+            if n.directory.joinpath("server.log").exists()
+        )
 
     def start_nodes(self, *node_ids: int) -> None:
         """Start these nodes at once. A broker opens its client listener only once the
