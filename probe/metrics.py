@@ -167,6 +167,27 @@ class RenderedGauge(GaugeMetricFamily):
         return header + "".join(f"{prefix}{_go_float(value)}\n" for prefix, _, value in self._rows)
 
 
+class LinePrefixes:
+    """Each series' line prefix (see :class:`RenderedGauge`), kept across scrapes by a
+    collector that renders the same series scrape after scrape; forgotten at once when
+    there are more than twice as many as the last scrape wrote (series went away)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[object, ...], str] = {}
+
+    def add(
+        self, family: RenderedGauge, ident: tuple[object, ...], labels: Sequence[str], value: float
+    ) -> None:
+        prefix = self._known.get(ident)
+        if prefix is None:
+            prefix = self._known[ident] = family.prefix(labels)
+        family.add_rendered(prefix, labels, value)
+
+    def trim(self, written: int) -> None:
+        if len(self._known) > 2 * max(1, written):
+            self._known.clear()
+
+
 def _go_float(value: float) -> str:
     """A sample value as prometheus_client writes it (1e+06, +Inf, NaN)."""
     text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
@@ -185,8 +206,7 @@ class StalenessCollector(Collector):
         self._sources: list[StageSource] = []
         self._clock_ns = clock_ns
         self._partition_series = partition_series
-        # Each series' line prefix, kept across scrapes (see RenderedGauge).
-        self._prefixes: dict[tuple[str, str, int], str] = {}
+        self._prefixes = LinePrefixes()
 
     def add(self, source: StageSource) -> None:
         self._sources.append(source)
@@ -245,12 +265,8 @@ class StalenessCollector(Collector):
                     continue
                 labels = [source.target, source.stage, str(key.partition)]
                 ident = (source.target, source.stage, key.partition)
-                prefix = prefixes.get(ident)
-                if prefix is None:
-                    prefix = prefixes[ident] = family.prefix(labels)
-                family.add_rendered(prefix, labels, value / 1e9)
-        if len(prefixes) > 2 * max(1, family.series()):
-            prefixes.clear()  # partitions went away or are fresh again: forget their lines
+                prefixes.add(family, ident, labels, value / 1e9)
+        prefixes.trim(family.series())  # partitions went away or are fresh again
         yield family
         yield largest
         yield stale
@@ -276,8 +292,7 @@ class ReplicaCollector(Collector):
         # thread, reads one refresh or the next, never a mix (a TopicReplicas is never
         # changed once made).
         self._topics: dict[str, TopicReplicas] = {}
-        # Each series' line prefix, kept across scrapes (see RenderedGauge).
-        self._prefixes: dict[tuple[str, ...], str] = {}
+        self._prefixes = LinePrefixes()
 
     def update(self, target: str, topic: TopicReplicas) -> None:
         self._topics[target] = topic
@@ -323,18 +338,13 @@ class ReplicaCollector(Collector):
                 leader_id = topic.leader_of(number)
                 if leader_id is not None:
                     self._add(leaders, target, str(number), str(leader_id))
-        if len(self._prefixes) > 2 * max(1, leaders.series() + problems.series()):
-            self._prefixes.clear()  # partitions went away or recovered: forget their lines
+        self._prefixes.trim(leaders.series() + problems.series())  # gone, or recovered
         yield brokers
         yield leaders
         yield problems
 
     def _add(self, family: RenderedGauge, *labels: str) -> None:
-        ident = (family.name, *labels)
-        prefix = self._prefixes.get(ident)
-        if prefix is None:
-            prefix = self._prefixes[ident] = family.prefix(labels)
-        family.add_rendered(prefix, labels, 1.0)
+        self._prefixes.add(family, (family.name, *labels), labels, 1.0)
 
 
 class SpanDropCollector(Collector):
