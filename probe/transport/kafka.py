@@ -199,11 +199,6 @@ class KafkaTransport:
     def _new_producer(options: Mapping[str, Any], *, idempotent: bool) -> AIOKafkaProducer:
         return AIOKafkaProducer(**options, acks="all", enable_idempotence=idempotent, linger_ms=0)
 
-    @property
-    def idempotent(self) -> bool:
-        """Whether canaries are produced with a producer id (known after start)."""
-        return bool(self._producer._txn_manager is not None)
-
     async def _start_producer(self) -> None:
         try:
             # aiokafka asks for a producer id until it gets one: a cluster that cannot
@@ -236,7 +231,6 @@ class KafkaTransport:
         """A new producer, and with it a new producer id, for one whose id the brokers
         no longer know (see _PRODUCER_STATE_LOST)."""
         self._renew_producer = False
-        idempotent = self.idempotent
         old = self._producer
         log.warning(
             "topic %s: the brokers lost this producer's state (an unclean leader "
@@ -246,7 +240,7 @@ class KafkaTransport:
         with contextlib.suppress(KafkaError, TimeoutError):
             async with asyncio.timeout(1.0):
                 await old.stop()
-        self._producer = self._new_producer(self._options, idempotent=idempotent)
+        self._producer = self._new_producer(self._options, idempotent=self._config.idempotence)
         await self._start_producer()
 
     async def partitions(self) -> list[int]:
