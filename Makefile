@@ -1,5 +1,5 @@
 # Quickstart on a fresh Debian machine with Python 3.11+ and Java 17:
-#   make demo   set everything up, run `sla-probe once` on the embedded broker
+#   make demo   set everything up, run `sla-probe once --embedded` (a broker started for it)
 #   make test   set everything up, run every test
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -19,7 +19,7 @@ export UV_PYTHON_DOWNLOADS := never
   detection-table clean
 
 demo: demo-deps
-	$(VENV)/bin/sla-probe once --stages consumer,sink
+	$(VENV)/bin/sla-probe once --embedded --stages consumer,sink
 
 test: setup
 	$(VENV)/bin/pytest

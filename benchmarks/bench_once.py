@@ -46,7 +46,7 @@ def main() -> None:
     for run in range(1, options.runs + 1):
         start = time.perf_counter()
         result = subprocess.run(
-            [str(SLA_PROBE), "once", "--stages", options.stages],
+            [str(SLA_PROBE), "once", "--embedded", "--stages", options.stages],
             capture_output=True,
             text=True,
             env=env,

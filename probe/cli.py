@@ -1,7 +1,7 @@
 """The `sla-probe` command line.
 
-    sla-probe once                          # embedded broker, 3 rounds, report, exit 0/1
-    sla-probe once --bootstrap-servers kafka:9092 --json
+    sla-probe once --bootstrap-servers kafka:9092 --json   # 3 rounds, report, exit 0/1
+    sla-probe once --embedded               # on a broker started for this run (a demo)
     sla-probe once --mqtt-url mqtt://broker:1883     # the MQTT target only
     sla-probe run --config probe.yaml --signing-key-file /keys/ring.json
     sla-probe keygen --output ring.json
@@ -310,13 +310,22 @@ def main() -> None:
 @main.command()
 @_common("once.interval", "Time between rounds, 100ms..5m (default 1s).")
 @_option("rounds", "once.rounds", "Rounds to produce (default 3).", metavar="N")
+@_option(
+    "embedded",
+    "once.embedded",
+    "Probe a Kafka broker started for this run on a free loopback port (a demo, not "
+    "a check of any pipeline); instead of --bootstrap-servers.",
+    is_flag=True,
+    flag_value=True,
+)
 @_option("json", None, "Print the report as JSON.", is_flag=True, flag_value=True)
 def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
     """Run a few rounds, wait for every canary's fate, report, exit 0 (ok) or 1.
 
-    Without --bootstrap-servers an embedded broker is started on a free loopback
-    port and stopped afterwards, unless only other targets are given (--mqtt-url).
-    A blank or malformed broker list is an error (exit 2), never the embedded broker.
+    Kafka is probed at --bootstrap-servers, or with --embedded on a broker started
+    for this run and stopped afterwards. Neither given (an unset variable, a
+    forgotten --config) is an error, exit 2, never a pass on some other broker; so
+    is a blank or malformed broker list. With only --mqtt-url, only MQTT is probed.
 
     \b
     Exit codes:
@@ -331,6 +340,7 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
 
     try:
         config = _load(config_file, flags)
+        config_module.require_for_once(config)
         keyring = _keyring(config, ephemeral_ok=True)
         _install_tracing(config)
     except ConfigError as error:

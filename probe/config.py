@@ -216,8 +216,8 @@ def _broker_problem(entry: str) -> str | None:
 class KafkaConfig(_Section):
     """Where canaries go and how they are read back."""
 
-    # None means: `once` starts the embedded broker; `run` refuses to start. A blank
-    # or malformed list is an error, never "none given".
+    # None means none given: `once` then needs once.embedded, `run` refuses to start.
+    # A blank or malformed list is an error, never "none given".
     bootstrap_servers: Annotated[str | None, AfterValidator(_broker_list)] = None
     topic: str = Field(default="synthetic-sla", min_length=1, max_length=249)
     client_id: str = "synthetic-sla-probe"
@@ -475,6 +475,10 @@ class OnceConfig(_Section):
     # A smoke test may go faster than `run` (100 ms), and must end in minutes.
     interval: Annotated[Duration, _between(0.1, 5 * MINUTE)] = 1.0
     loss_timeout: Annotated[Duration, _between(1.0, HOUR)] = 10.0
+    # Probe a Kafka broker started for this run (the embedded one), on request only: a
+    # deploy pipeline whose broker setting went missing must fail, not pass against a
+    # broker that proves nothing about its pipeline.
+    embedded: bool = False
 
 
 KafkaStage = Annotated[Literal["consumer", "sink"], AfterValidator(StageName)]
@@ -704,17 +708,19 @@ class ProbeConfig(_Section):
         return tuple(dict.fromkeys(stages)) if isinstance(stages, list | tuple) else stages
 
     # Which targets to probe, by transport name. Default: MQTT when mqtt.url is set,
-    # Kafka when kafka.bootstrap_servers is set or nothing else is (`once` then
-    # starts the embedded broker). Name both to probe both.
+    # Kafka when kafka.bootstrap_servers or once.embedded is set, or nothing else is
+    # (`once` then asks for a broker). Name both to probe both.
     targets: tuple[TargetKind, ...] = Field(default=None, validate_default=True)
 
     @field_validator("targets", mode="before")
     @classmethod
     def _targets(cls, targets: object, info: ValidationInfo) -> object:
-        kafka, mqtt = info.data.get("kafka"), info.data.get("mqtt")
+        kafka, mqtt, once = info.data.get("kafka"), info.data.get("mqtt"), info.data.get("once")
         mqtt_url = mqtt.url if isinstance(mqtt, MqttConfig) else None
         if targets is None:
-            has_kafka = isinstance(kafka, KafkaConfig) and bool(kafka.bootstrap_servers)
+            has_kafka = (isinstance(kafka, KafkaConfig) and bool(kafka.bootstrap_servers)) or (
+                isinstance(once, OnceConfig) and once.embedded
+            )
             derived = [name for name, given in (("kafka", has_kafka), ("mqtt", mqtt_url)) if given]
             return tuple(derived) or ("kafka",)
         targets = _names(targets)
@@ -729,6 +735,36 @@ class ProbeConfig(_Section):
         if "mqtt" in targets and not mqtt_url:
             raise ValueError("mqtt needs mqtt.url (--mqtt-url)")
         return tuple(dict.fromkeys(targets))
+
+
+_NO_BROKER = (
+    "is not set: pass --bootstrap-servers / SLA_PROBE_BOOTSTRAP_SERVERS (or set it in "
+    "--config), or --embedded to probe a broker started for this run"
+)
+
+
+def require_for_once(config: ProbeConfig) -> None:
+    """A broker for `once` to probe: the one given, or, when asked (once.embedded),
+    one started for the run. Never the embedded broker by default: a smoke test whose
+    broker setting went missing must fail, not pass having checked nothing real.
+
+    >>> require_for_once(load(overrides={"once.embedded": "true"}))  # fine
+    >>> require_for_once(load())  # raises ConfigError naming kafka.bootstrap_servers
+    """
+    kafka_target = TargetKind.KAFKA in config.targets
+    if config.once.embedded:
+        if config.kafka.bootstrap_servers:
+            raise ConfigError(
+                "once.embedded",
+                "cannot be combined with kafka.bootstrap_servers: probe the brokers given, "
+                "or a broker started for this run, not both",
+            )
+        if not kafka_target:
+            raise ConfigError(
+                "once.embedded", "starts a Kafka broker, but targets leaves kafka out"
+            )
+    elif kafka_target and not config.kafka.bootstrap_servers:
+        raise ConfigError("kafka.bootstrap_servers", _NO_BROKER)
 
 
 def require_for_service(config: ProbeConfig, *, sink_only: bool = False) -> None:

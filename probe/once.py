@@ -1,11 +1,12 @@
 """`sla-probe once`: a few quick rounds, every canary's fate, a report and an exit code.
 
 It probes the configured targets (``targets``, by default those whose broker is
-given) at the same time and reports on each. With no Kafka bootstrap servers, the
-Kafka target runs on the embedded broker, started on a free loopback port with the
-topic created and stopped afterwards, so one command shows the whole probe working on
-a machine with nothing else running. That happens only when Kafka is to be probed:
-with only ``--mqtt-url`` given, only the MQTT target is.
+given) at the same time and reports on each. With ``once.embedded`` (``--embedded``),
+and only then, the Kafka target runs on the embedded broker, started on a free
+loopback port with the topic created and stopped afterwards, so one command shows the
+whole probe working on a machine with nothing else running. Without it a Kafka target
+needs its bootstrap servers (probe.config.require_for_once): a smoke test must never
+pass on a broker nobody asked for.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ EXIT_SIGNAL_BASE = 128
 
 @contextlib.contextmanager
 def broker_for(config: ProbeConfig) -> Iterator[ProbeConfig]:
-    """The config to probe with: as given, or pointed at a fresh embedded broker."""
-    if config.kafka.bootstrap_servers or TargetKind.KAFKA not in config.targets:
+    """The config to probe with: as given, or, with once.embedded, pointed at a fresh
+    embedded broker."""
+    if not config.once.embedded or TargetKind.KAFKA not in config.targets:
         yield config
         return
     with EmbeddedBroker() as broker:

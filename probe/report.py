@@ -1,5 +1,8 @@
 """The `once` report: a tally of findings per stage, rendered as a table or JSON.
 
+Beside the counts it names the failing partitions (the worst few) and the broker that
+led each when its canaries were produced, so a failed smoke test points somewhere.
+
 A run is ``ok`` when every canary of every stage was delivered and nothing else
 happened: no late, lost or failed canary, and no invalid, duplicate, reordered or
 resurrected record. A smoke test should be strict; a live SLO tolerates noise, a
@@ -32,11 +35,48 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 @dataclass
+class FailingPartition:
+    """What went wrong on one partition (or MQTT shard) at one stage, and the broker
+    that led it when its canaries were produced (None: not known, as on MQTT)."""
+
+    partition: int
+    broker: int | None = None
+    findings: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"partition": self.partition, "broker": self.broker, "findings": dict(self.findings)}
+
+    def describe(self) -> str:
+        """``2 (broker 1): 3 lost, 1 late``."""
+        leader = "" if self.broker is None else f" (broker {self.broker})"
+        counts = ", ".join(f"{n} {name}" for name, n in self.findings.most_common())
+        return f"{self.partition}{leader}: {counts}"
+
+
+# The report names this many failing partitions per stage, worst first, and counts the
+# rest: a broker down on a topic of 10,000 partitions must not print 10,000 lines.
+FAILING_PARTITIONS_LISTED = 20
+FAILING_PARTITIONS_IN_TABLE = 5
+
+
+@dataclass
 class StageTally:
     outcomes: Counter[str] = field(default_factory=Counter)
     anomalies: Counter[str] = field(default_factory=Counter)
     invalid: Counter[str] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
+    # By partition: the canaries not delivered and the anomalies that fail the stage.
+    failing: dict[int, FailingPartition] = field(default_factory=dict)
+
+    def note_failing(self, partition: int, finding: str, broker: int | None) -> None:
+        entry = self.failing.setdefault(partition, FailingPartition(partition))
+        entry.findings[finding] += 1
+        if broker is not None:
+            entry.broker = broker
+
+    def worst_partitions(self) -> list[FailingPartition]:
+        """Failing partitions, most findings first, then by partition number."""
+        return sorted(self.failing.values(), key=lambda p: (-p.findings.total(), p.partition))
 
     @property
     def ok(self) -> bool:
@@ -65,6 +105,10 @@ class StageTally:
             "sequence_jump": self.anomalies[AnomalyKind.SEQUENCE_JUMP],
             "misrouted": self.anomalies[AnomalyKind.MISROUTED],
             "future_dated": self.anomalies[AnomalyKind.FUTURE_DATED],
+            "failing_partitions": [
+                p.as_dict() for p in self.worst_partitions()[:FAILING_PARTITIONS_LISTED]
+            ],
+            "failing_partition_count": len(self.failing),
             "ok": self.ok,
         }
 
@@ -89,8 +133,12 @@ class Tally:
                 tally.outcomes[finding.outcome.value] += 1
                 if finding.latency_ns is not None:
                     tally.latencies_ms.append(finding.latency_ns / 1e6)
+                if finding.outcome is not Outcome.DELIVERED:
+                    tally.note_failing(finding.key.partition, finding.outcome.value, finding.broker)
             elif isinstance(finding, Anomaly):
                 tally.anomalies[finding.kind.value] += 1
+                if finding.kind is not AnomalyKind.FOREIGN:
+                    tally.note_failing(finding.key.partition, finding.kind.value, None)
 
     def count_invalid(self, target: str, stage: str, reason: RejectReason) -> None:
         self.stages.setdefault(stage, StageTally()).invalid[reason.value] += 1
@@ -161,9 +209,10 @@ class Tally:
             for kind in _UNLISTED
             if t.anomalies[kind]
         ]
+        failing = [_failing_line(name, t) for name, t in sorted(self.stages.items()) if t.failing]
         problem = [f"error: {self.error}"] if self.error is not None else []
         closing = [f"result: {'PASS' if self.ok else 'FAIL'}"] if verdict else []
-        return "\n".join([f"target {self.target}", *lines, *unlisted, *problem, *closing])
+        return "\n".join([f"target {self.target}", *lines, *unlisted, *failing, *problem, *closing])
 
 
 @dataclass
@@ -205,6 +254,15 @@ _UNLISTED = (
 _MEANING = {
     AnomalyKind.FUTURE_DATED: " (produced after they arrived: the producer's clock is ahead)",
 }
+
+
+def _failing_line(stage: str, tally: StageTally) -> str:
+    """``consumer: failing partitions 2 (broker 1): 3 lost; 0 (broker 3): 1 late``."""
+    worst = tally.worst_partitions()
+    named = "; ".join(p.describe() for p in worst[:FAILING_PARTITIONS_IN_TABLE])
+    rest = len(worst) - FAILING_PARTITIONS_IN_TABLE
+    more = f"; and {rest} more" if rest > 0 else ""
+    return f"{stage}: failing partitions {named}{more}"
 
 
 def _ms(value: object) -> str:

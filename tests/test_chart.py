@@ -917,7 +917,14 @@ def test_once_on_the_embedded_broker_with_a_read_only_root() -> None:
     """`docker run --read-only ... once` failed with "Read-only file system:
     '/tmp/.calfkit'": reproduced without Docker, HOME=/tmp as the image's user has it,
     and passing once the broker binary is named as the image names it."""
-    once = [str(ROOT / ".venv" / "bin" / "sla-probe"), "once", "--rounds", "1", "--json"]
+    once = [
+        str(ROOT / ".venv" / "bin" / "sla-probe"),
+        "once",
+        "--embedded",
+        "--rounds",
+        "1",
+        "--json",
+    ]
     env = {**os.environ, "HOME": "/tmp", "CALF_TANSU_BIN": str(_calfkit_binary())}
     command = ["unshare", "--mount", "sh", "-c", _READ_ONLY_ROOT, "sh", *once]
     if shutil.which("unshare") is None or os.geteuid() != 0:

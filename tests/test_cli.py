@@ -68,6 +68,65 @@ def test_once_refuses_an_empty_broker_list_in_the_file(tmp_path: Path) -> None:
     assert_config_error(result, "kafka.bootstrap_servers")
 
 
+# --- No broker at all: `once` asks for one; the embedded broker only with --embedded -----
+
+NO_BROKER_LINE = (
+    "sla-probe: config error: kafka.bootstrap_servers: is not set: pass --bootstrap-servers "
+    "/ SLA_PROBE_BOOTSTRAP_SERVERS (or set it in --config), or --embedded to probe a broker "
+    "started for this run"
+)
+
+
+def test_once_without_a_broker_exits_two_saying_how_to_give_one(tmp_path: Path) -> None:
+    """The CI job whose variable is unset, or whose --config was forgotten, used to
+    pass against the embedded broker, having checked nothing of its pipeline."""
+    unset = sla_probe("once", "--json")
+    assert_config_error(unset, "kafka.bootstrap_servers")
+    assert unset.stderr.splitlines() == [NO_BROKER_LINE]
+    assert unset.stdout == ""
+    config = tmp_path / "probe.yaml"
+    config.write_text("once:\n  rounds: 1\n")  # a file that names no broker
+    no_broker_in_file = sla_probe("once", "--config", str(config))
+    assert no_broker_in_file.stderr.splitlines() == [NO_BROKER_LINE]
+    off = sla_probe("once", env={"SLA_PROBE_EMBEDDED": "false"})
+    assert off.stderr.splitlines() == [NO_BROKER_LINE]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (
+            ["--embedded", "--bootstrap-servers", "kafka:9092"],
+            {},
+            "cannot be combined with kafka.bootstrap_servers",
+        ),
+        (
+            [],
+            {"SLA_PROBE_EMBEDDED": "1", "SLA_PROBE_BOOTSTRAP_SERVERS": "kafka:9092"},
+            "cannot be combined with kafka.bootstrap_servers",
+        ),
+        (
+            ["--embedded", "--targets", "mqtt", "--mqtt-url", "mqtt://127.0.0.1:1"],
+            {},
+            "starts a Kafka broker, but targets leaves kafka out",
+        ),
+    ],
+)
+def test_embedded_with_nothing_to_start_it_for_exits_two(
+    args: list[str], env: dict[str, str], message: str
+) -> None:
+    line = assert_config_error(sla_probe("once", *args, env=env), "once.embedded")
+    assert message in line
+
+
+def test_run_has_no_embedded_broker() -> None:
+    """`run` never had a fallback: it refuses to start without a broker, and --embedded
+    is not one of its flags."""
+    result = sla_probe("run", "--allow-ephemeral-key")
+    assert_config_error(result, "kafka.bootstrap_servers")
+    assert sla_probe("run", "--embedded").returncode == 2
+
+
 def test_run_and_sink_refuse_a_blank_broker_list(tmp_path: Path) -> None:
     result = sla_probe("run", "--allow-ephemeral-key", env={"SLA_PROBE_BOOTSTRAP_SERVERS": " "})
     assert_config_error(result, "kafka.bootstrap_servers")

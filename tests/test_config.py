@@ -80,7 +80,7 @@ def test_environment_sits_between_file_and_flags(tmp_path: Path) -> None:
     path = tmp_path / "probe.yaml"
     path.write_text("once:\n  rounds: 1\n")
     base = [SLA_PROBE, "once", "--config", str(path), "--json"]
-    env = {**os.environ, "SLA_PROBE_INTERVAL": "not-a-duration"}
+    env = {**os.environ, "SLA_PROBE_INTERVAL": "not-a-duration", "SLA_PROBE_EMBEDDED": "true"}
     from_env = subprocess.run(base, env=env, capture_output=True, text=True, check=False)
     assert from_env.returncode == 2
     assert "once.interval" in from_env.stderr

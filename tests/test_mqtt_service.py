@@ -117,7 +117,7 @@ def test_once_with_only_mqtt_probes_only_mqtt(mosquitto: Mosquitto, topic_prefix
 
 def test_once_probes_kafka_and_mqtt_together(mosquitto: Mosquitto, topic_prefix: str) -> None:
     result = _once(
-        "--targets", "kafka,mqtt", "--mqtt-url", mosquitto.url,
+        "--embedded", "--mqtt-url", mosquitto.url,
         "--mqtt-topic-prefix", topic_prefix, "--mqtt-target", "edge",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

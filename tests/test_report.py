@@ -77,3 +77,59 @@ def test_nothing_delivered_is_not_ok() -> None:
     tally = Tally("kafka")
     tally.declare_stage("consumer")
     assert not tally.ok
+
+
+def test_failing_partitions_are_named_with_their_leader_brokers() -> None:
+    tally = Tally("kafka")
+    on = {p: StreamKey("p", "kafka", p) for p in range(3)}
+    tally.count(
+        "kafka",
+        "consumer",
+        [
+            Fate(on[0], 0, Outcome.DELIVERED, 1_000_000, broker=1),
+            Fate(on[1], 0, Outcome.LOST, None, broker=2),
+            Fate(on[1], 1, Outcome.LOST, None, broker=2),
+            Fate(on[2], 0, Outcome.LATE, 9_000_000_000, broker=3),
+            Anomaly(on[2], 0, AnomalyKind.DUPLICATE),
+            Anomaly(on[0], 0, AnomalyKind.FOREIGN),  # not this probe's: fails nothing
+        ],
+    )
+    stage = json.loads(tally.to_json())["stages"]["consumer"]
+    assert stage["failing_partition_count"] == 2
+    assert stage["failing_partitions"] == [
+        {"partition": 1, "broker": 2, "findings": {"lost": 2}},
+        {"partition": 2, "broker": 3, "findings": {"late": 1, "duplicate": 1}},
+    ]
+    assert (
+        "consumer: failing partitions 1 (broker 2): 2 lost; 2 (broker 3): 1 late, 1 duplicate"
+        in tally.to_table()
+    )
+
+
+def test_failing_partitions_stay_a_few_on_a_large_topic() -> None:
+    """A broker down under 10,000 partitions: the worst few named, the rest counted."""
+    tally = Tally("kafka")
+    lost = [Fate(StreamKey("p", "kafka", p), 0, Outcome.LOST, None) for p in range(10_000)]
+    tally.count("kafka", "consumer", lost)
+    stage = json.loads(tally.to_json())["stages"]["consumer"]
+    assert stage["failing_partition_count"] == 10_000
+    assert len(stage["failing_partitions"]) == 20
+    assert stage["failing_partitions"][0] == {
+        "partition": 0,
+        "broker": None,
+        "findings": {"lost": 1},
+    }
+    line = next(line for line in tally.to_table().splitlines() if "failing" in line)
+    assert (
+        line == "consumer: failing partitions 0: 1 lost; 1: 1 lost; 2: 1 lost; 3: 1 lost; "
+        "4: 1 lost; and 9995 more"
+    )
+
+
+def test_a_passing_stage_names_no_partition() -> None:
+    tally = Tally("kafka")
+    tally.count("kafka", "consumer", [_delivered(0, 1.0)])
+    stage = json.loads(tally.to_json())["stages"]["consumer"]
+    assert stage["failing_partitions"] == []
+    assert stage["failing_partition_count"] == 0
+    assert "failing" not in tally.to_table()

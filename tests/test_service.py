@@ -179,7 +179,11 @@ def test_run_with_an_ephemeral_key_when_told(
 
 def test_once_exits_zero_on_the_embedded_broker() -> None:
     result = subprocess.run(
-        [SLA_PROBE, "once", "--json"], capture_output=True, text=True, timeout=120, check=False
+        [SLA_PROBE, "once", "--embedded", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -260,7 +264,7 @@ def test_once_stopped_by_a_signal_stops_its_broker_and_says_so(
     signum: signal.Signals, code: int
 ) -> None:
     process = subprocess.Popen(
-        [SLA_PROBE, "once", "--rounds", "100", "--interval", "1s"],
+        [SLA_PROBE, "once", "--embedded", "--rounds", "100", "--interval", "1s"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -13,7 +13,16 @@ from tests.conftest import SLA_PROBE
 def test_once_with_the_sink_stage_exits_zero_and_keeps_spark_off_stderr(tmp_path: Path) -> None:
     spark_log = tmp_path / "spark.log"
     result = subprocess.run(
-        [SLA_PROBE, "once", "--stages", "consumer,sink", "--json", "--spark-log", str(spark_log)],
+        [
+            SLA_PROBE,
+            "once",
+            "--embedded",
+            "--stages",
+            "consumer,sink",
+            "--json",
+            "--spark-log",
+            str(spark_log),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

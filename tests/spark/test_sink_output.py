@@ -114,7 +114,7 @@ def test_progress_off_a_terminal_writes_nothing() -> None:
 def test_once_whose_sink_cannot_start_says_why_and_stops_cleanly() -> None:
     """No Java runtime: the report's error says so, one exit code, no traceback."""
     result = subprocess.run(
-        [SLA_PROBE, "once", "--stages", "consumer,sink", "--json"],
+        [SLA_PROBE, "once", "--embedded", "--stages", "consumer,sink", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
