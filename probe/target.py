@@ -56,6 +56,13 @@ def _ns(seconds: float) -> int:
 # A paced round spreads over at most this share of the interval: the rest is slack
 # for the last canaries' acknowledgements before the next round starts.
 SPREAD_SHARE = 0.8
+# A round waits on its metadata refresh for at most this share of the send timeout
+# when it already knows the partitions, then sends with those. aiokafka asks one
+# broker, picked at random, for metadata: one that accepts connections and never
+# answers held the refresh for the whole request timeout, the round's canaries to
+# every healthy broker then failed at the deadline, and the burn was blamed on all
+# brokers instead of the one cut off. The refresh goes on in the background.
+REFRESH_SHARE = 0.25
 
 
 class TargetProbe:
@@ -335,7 +342,8 @@ class TargetProbe:
         When the refresh fails the last known partitions are used, so an outage shows
         up as produce failures rather than as silence. Rounds may overlap: while an
         earlier round's refresh still waits on the broker, a round takes the last known
-        partitions instead of a second refresh. Every canary of the round is
+        partitions instead of a second refresh, and a refresh slower than its share
+        of the send timeout is left to finish in the background. Every canary of the round is
         acknowledged or failed within the send timeout from the round's start, plus
         the time the round's pacing held it back (at most ``spread_within`` seconds).
         """
@@ -343,10 +351,21 @@ class TargetProbe:
         deadline = asyncio.get_running_loop().time() + self.layout.send_timeout
         if self._refreshing is None or self._refreshing.done():
             self._refreshing = asyncio.create_task(self.refresh(), name=f"refresh {self.target}")
-            partitions = await self._refreshing
+            partitions = await self._refreshed(self._refreshing)
         else:
             partitions = self.partitions
         await self.producer.produce_round(partitions, deadline, spread_within)
+
+    async def _refreshed(self, refreshing: asyncio.Task[list[int]]) -> list[int]:
+        """The refresh's partitions, or the last known ones once it takes more than
+        REFRESH_SHARE of the send timeout (waited out in full while none is known)."""
+        if not self.partitions:
+            return await refreshing
+        try:
+            async with asyncio.timeout(REFRESH_SHARE * self.layout.send_timeout):
+                return await asyncio.shield(refreshing)
+        except TimeoutError:
+            return self.partitions
 
     async def run_rounds(self, interval: float, stop: asyncio.Event) -> None:
         """Start a round on every wall-clock tick of the interval until stop is set.

@@ -168,38 +168,91 @@ def test_two_brokers_down_refuses_writes_and_names_the_partitions_under_min_isr(
     )
 
 
-def test_a_slow_broker_is_the_one_its_late_canaries_are_attributed_to(
-    tmp_path: Path,
-    topic: str,
-    key_file: Path,
-    start_probe: Callable[..., RunningProbe],
-) -> None:
-    # Clients reach each broker through a proxy of its own (the address it
-    # advertises); replication goes direct. Proxies first: the cluster is ready when
-    # its advertised addresses answer.
+@pytest.fixture
+def proxied(tmp_path: Path) -> Iterator[tuple[KafkaCluster, dict[int, TcpProxy]]]:
+    """A cluster whose clients reach each broker through a proxy of its own (the
+    address it advertises), while replication goes direct. Proxies first: the cluster
+    is ready when its advertised addresses answer."""
     advertised = {node: free_loopback_port() for node in (1, 2, 3)}
     cluster = KafkaCluster(workdir=tmp_path / "kafka", advertised_ports=advertised)
     proxies = {n: TcpProxy(cluster.node(n).port, port=p) for n, p in advertised.items()}
     for proxy in proxies.values():
         proxy.start()
-    with cluster:
-        try:
-            probe = probe_on(
-                start_probe, cluster.bootstrap_servers, topic, key_file, tmp_path,
-                freshness="500ms", loss_timeout="20s",
-            )  # fmt: skip
-            wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
-                     what="canaries through every broker")  # fmt: skip
+    try:
+        with cluster:
+            yield cluster, proxies
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
 
-            proxies[2].set_delay(0.8)
 
-            def late(broker: str) -> float:
-                return sample(probe.metrics(), "synthetic_sla_broker_canaries_total",
-                              broker=broker, outcome="late", stage="consumer")  # fmt: skip
+def by_broker(probe: RunningProbe, outcome: str) -> dict[str, float]:
+    return {
+        broker: sample(probe.metrics(), "synthetic_sla_broker_canaries_total",
+                       broker=broker, outcome=outcome, stage="consumer")
+        for broker in ("1", "2", "3")
+    }  # fmt: skip
 
-            wait_for(lambda: late("2") >= 2 * 2, timeout=60, what="broker 2's canaries late")
-            assert late("1") == late("3") == 0
-            assert probe.canaries("lost") == 0
-        finally:
-            for proxy in proxies.values():
-                proxy.stop()
+
+def test_a_slow_broker_is_the_one_its_late_canaries_are_attributed_to(
+    proxied: tuple[KafkaCluster, dict[int, TcpProxy]],
+    tmp_path: Path,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    cluster, proxies = proxied
+    probe = probe_on(
+        start_probe, cluster.bootstrap_servers, topic, key_file, tmp_path,
+        freshness="500ms", loss_timeout="20s",
+    )  # fmt: skip
+    wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
+             what="canaries through every broker")  # fmt: skip
+
+    # A round trip of 0.8 s: over the freshness, under the 1 s interval (aiokafka has
+    # one produce request in flight per broker, so a round trip over the interval
+    # would fail the canaries behind it at their deadline instead of making them late).
+    proxies[2].set_delay(0.4)
+
+    wait_for(lambda: by_broker(probe, "late")["2"] >= 2 * 2, timeout=60,
+             what="broker 2's canaries late")  # fmt: skip
+    late = by_broker(probe, "late")
+    assert late["1"] == late["3"] == 0
+    assert probe.canaries("lost") == 0
+
+
+def test_a_blackholed_broker_fails_its_own_canaries_and_no_other_brokers(
+    proxied: tuple[KafkaCluster, dict[int, TcpProxy]],
+    tmp_path: Path,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    # Connections to broker 2 are accepted and never answered. Metadata requests go
+    # to a broker picked at random, so a third of the refreshes wait on broker 2 for
+    # the whole request timeout: the rounds must not wait with them, or the canaries
+    # to brokers 1 and 3 fail at the round's deadline and are blamed on them.
+    cluster, proxies = proxied
+    probe = probe_on(start_probe, cluster.bootstrap_servers, topic, key_file, tmp_path)
+    wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
+             what="canaries through every broker")  # fmt: skip
+    failed_before = by_broker(probe, "produce_failed")
+    delivered_before = by_broker(probe, "delivered")
+
+    proxies[2].blackhole()
+
+    # Twenty rounds of broker 2's two partitions failed; meanwhile every round of
+    # brokers 1 and 3 is acknowledged and read.
+    wait_for(lambda: by_broker(probe, "produce_failed")["2"] >= failed_before["2"] + 40,
+             timeout=90, what="twenty rounds of broker 2's canaries failed")  # fmt: skip
+    failed = by_broker(probe, "produce_failed")
+    assert failed["1"] == failed_before["1"], failed
+    assert failed["3"] == failed_before["3"], failed
+    delivered = by_broker(probe, "delivered")
+    for broker in ("1", "3"):
+        assert delivered[broker] >= delivered_before[broker] + 2 * 15, (broker, delivered)
+    assert probe.canaries("lost") == 0
+
+    proxies[2].restore()
+    wait_for(lambda: by_broker(probe, "delivered")["2"] > delivered["2"], timeout=60,
+             what="broker 2 measured again")  # fmt: skip
