@@ -36,6 +36,7 @@ from probe.judge import Judge, JudgePolicy, OwnProbe
 from probe.keys import KeySource
 from probe.leadership import LeaderKeeper, LeaderPlan, plan_leaders
 from probe.metrics import ProbeMetrics
+from probe.partition_summary import partitions_summary
 from probe.producer import CanaryProducer, next_tick_ns
 from probe.replicas import TopicReplicas, replica_health
 from probe.stage import Recorder, Stage
@@ -300,7 +301,7 @@ class TargetProbe:
             self._set_ready(False, transport.describe(partitions))
             return self.partitions
         if partitions != self.partitions:
-            log.info("target %s: partitions %s", self.target, partitions)
+            log.info("target %s: %s", self.target, partitions_summary(partitions))
         self.partitions = partitions
         now_ns = self._clock_ns()
         for stage in self.stages:

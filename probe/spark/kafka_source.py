@@ -75,7 +75,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -102,6 +102,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from probe.partition_summary import partitions_summary, ranges_summary
 
 log = logging.getLogger(__name__)
 
@@ -307,13 +309,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for partition, last in end.items():
             if partition not in start:
                 continue  # new partition: planned from its beginning below
-            if last < start[partition]:
-                log.warning(
-                    "topic %s partition %s ends at %d before the checkpointed offset %d: "
-                    "log truncated or topic re-created; reading it again from %d",
-                    self.topic, partition, last, start[partition], begin[partition],
-                )  # fmt: skip
             latest[partition] = last
+        truncated = {p: (start[p], begin[p]) for p, last in latest.items() if last < start[p]}
+        if truncated:
+            # One line for them all: a re-created topic truncates every partition.
+            log.warning(
+                "topic %s: logs end before the checkpointed offsets (log truncated or topic "
+                "re-created); reading them again from their beginning: %s",
+                self.topic, ranges_summary(truncated, joined_by="->"),
+            )  # fmt: skip
         for partition in end.keys() - start.keys():
             latest[partition] = end[partition]
         return latest
@@ -418,17 +422,22 @@ def read_ranges(
         deadline = time.monotonic() + timeout
         while wanted:
             if time.monotonic() > deadline:
-                missing = ", ".join(
-                    f"{tp.topic}/{tp.partition} {position[tp]}..{r.end}" for tp, r in wanted.items()
+                # Named by count and the first few: a task may owe thousands of them.
+                missing = ranges_summary(
+                    {tp.partition: (position[tp], r.end) for tp, r in wanted.items()}
                 )
-                raise TimeoutError(f"offsets not readable within {timeout:g}s: {missing}")
+                raise TimeoutError(
+                    f"offsets of topic {_topics(wanted)} not readable within {timeout:g}s: "
+                    f"{missing}"
+                )
             try:
                 fetched = consumer.poll(timeout_ms=500)
             except UnsupportedCodecError as exc:
                 # Fetching again would fail the same way: the task (and so the query)
                 # fails at once, naming the codec and where its package belongs.
                 raise UnsupportedCodecError(
-                    f"cannot read {', '.join(f'{tp.topic}/{tp.partition}' for tp in wanted)}: "
+                    f"cannot read topic {_topics(wanted)}, "
+                    f"{partitions_summary(tp.partition for tp in wanted)}: "
                     f"{exc}; install synthetic-sla-probe[spark] on the executors"
                 ) from exc
             for tp in list(wanted):
@@ -452,6 +461,11 @@ def read_ranges(
                     consumer.pause(tp)  # fetch only what is still owed
     finally:
         consumer.close()
+
+
+def _topics(partitions: Iterable[Any]) -> str:
+    """The topic (one per source; a comma-separated list otherwise) of TopicPartitions."""
+    return ", ".join(sorted({tp.topic for tp in partitions}))
 
 
 # -- batch reads -------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from probe.config import StageName
 from probe.errors import RejectReason
 from probe.judge import Fate, Finding, StreamKey
 from probe.keys import KeyRing
+from probe.partition_summary import offsets_summary
 from probe.spark.health import HealthListener, SparkHealth
 from probe.spark.judge_operator import JudgeProcessor
 from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamReader, KafkaStreamSource
@@ -210,8 +211,8 @@ class SinkJob:
                 reader.stop()
             pinned = json.dumps(offsets, sort_keys=True)
             write_text(uri, pinned)
-            log.info("sink query starts at %s offsets %s (kept in %s)",
-                     self.settings.starting_offsets, pinned, uri)  # fmt: skip
+            log.info("sink query starts at %s offsets: %s (kept in %s)",
+                     self.settings.starting_offsets, offsets_summary(offsets), uri)  # fmt: skip
         return pinned
 
     def build(self, starting_offsets: str | None = None) -> DataFrame:

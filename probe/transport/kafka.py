@@ -54,6 +54,7 @@ from aiokafka.helpers import create_ssl_context
 from probe.config import KafkaConfig
 from probe.errors import ProduceFailed, ProduceFailure, TransportError
 from probe.leadership import LeaderPlan
+from probe.partition_summary import partitions_summary, ranges_summary
 from probe.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
 from probe.transport.kafka_leaders import carry_out
@@ -437,9 +438,9 @@ class KafkaTransport:
         self._restarted = False
         if restarted:
             log.info(
-                "topic %s: the log of partitions %s started over; reading them from the start",
+                "topic %s: the log of %s started over; reading them from the start",
                 self._topic,
-                [tp.partition for tp in restarted],
+                partitions_summary(tp.partition for tp in restarted),
             )
             beginnings = await self._consumer.beginning_offsets(restarted)
             self._reposition({tp.partition: beginnings[tp] for tp in restarted})
@@ -665,9 +666,11 @@ class KafkaTransport:
             moved[tp.partition] = min((o for o in acked if start <= o < end), default=end)
         log.warning(
             "topic %s: positions out of range (log truncated, re-created, or past "
-            "retention), reading on from %s",
+            "retention), positions moved: %s",
             self._topic,
-            {tp.partition: f"{fetched[tp]}->{moved[tp.partition]}" for tp in tps[:10]},
+            ranges_summary(
+                {tp.partition: (fetched[tp], moved[tp.partition]) for tp in tps}, joined_by="->"
+            ),
         )
         self._reposition(moved)
 

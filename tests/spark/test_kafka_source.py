@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 from pathlib import Path
 
@@ -12,14 +13,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import CaseInsensitiveDict
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from probe.embedded import EmbeddedBroker
 from probe.spark.kafka_source import (
     SOURCE_NAME,
+    KafkaStreamReader,
     KafkaStreamSource,
     OffsetRange,
     admit,
     group_ranges,
+    read_ranges,
 )
 
 
@@ -236,3 +240,40 @@ def test_the_stream_readers_options_keep_their_names_as_spark_hands_them() -> No
     reader = source.streamReader(source.schema())
     assert reader.options.get("fetchMaxWaitMs") == "250"
     assert pickle.loads(pickle.dumps(reader.options)).get("fetchMaxWaitMs") == "250"
+
+
+# --- What the source says at scale: counts and the first few, never every partition ---
+
+MANY = 200
+
+
+async def test_a_read_that_times_out_names_the_count_and_the_first_few(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """A task owing a record on every partition of a large topic says how many it still
+    waits for and the first few, in a message whose size does not grow with them."""
+    await _create(broker, topic, MANY)
+    ranges = [OffsetRange(topic, p, 0, 1) for p in range(MANY)]
+    with pytest.raises(TimeoutError) as timeout:
+        list(read_ranges({"bootstrap.servers": broker.bootstrap_servers}, ranges, timeout=1))
+    message = str(timeout.value)
+    assert message.startswith(f"offsets of topic {topic} not readable within 1s: ")
+    assert f"{MANY} partitions, offsets 0..1 (first: 0:0..1, 1:0..1, " in message
+    assert len(message) < 200
+
+
+async def test_logs_that_start_over_are_one_warning_however_many_partitions(
+    broker: EmbeddedBroker, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A re-created topic truncates every partition at once: one line names them."""
+    await _create(broker, topic, MANY)
+    reader = KafkaStreamReader({"bootstrap.servers": broker.bootstrap_servers, "topic": topic})
+    try:
+        with caplog.at_level(logging.WARNING, logger="probe.spark.kafka_source"):
+            latest = reader.latestOffset({str(p): 5 for p in range(MANY)}, ReadAllAvailable())
+    finally:
+        reader.stop()
+    assert latest == {str(p): 0 for p in range(MANY)}
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "probe.spark.kafka_source"]
+    assert f"{MANY} partitions, offsets 0..5 (first: 0:5->0, 1:5->0, " in line
+    assert len(line) < 300

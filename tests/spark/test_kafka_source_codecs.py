@@ -100,6 +100,6 @@ async def test_a_batch_without_its_codec_fails_the_read_at_once(
         )
     assert time.monotonic() - started < 10
     message = str(failure.value)
-    assert f"cannot read {topic}/{lz4_partition}" in message
+    assert f"cannot read topic {topic}, 1 partition {lz4_partition}: " in message
     assert "lz4 compression codec not found" in message
     assert "synthetic-sla-probe[spark]" in message
