@@ -534,11 +534,15 @@ def reconcile(
 
     \b
     Exit codes (one run):
-      0  every window older than the settle delay is complete (unverifiable ones,
-         whose records left the topic, are reported, not judged)
+      0  records were compared and every window older than the settle delay is
+         complete (unverifiable ones, whose records left the topic, are reported,
+         not judged)
       1  a record is missing, extra, duplicated or has another checksum; or no
          comparison could be made (the result says why)
       2  usage or configuration error: one line on stderr naming the setting
+      3  nothing compared, not a pass: every window empty or unverifiable; records
+         written lately wait in windows still open, and the result says when a run
+         compares them (a window's end plus the settle delay)
     """
     try:
         config = _load(config_file, flags)

@@ -45,7 +45,7 @@ from probe import tracing
 from probe.config import ProbeConfig, StageName
 from probe.errors import ProduceFailure, RejectReason
 from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
-from probe.reconcile.outcome import Reconciliation, RecordResult, WindowStatus
+from probe.reconcile.outcome import Reconciliation, RecordResult, Verdict, WindowStatus
 from probe.replicas import TopicReplicas, partition_problems, replica_health
 
 # The metrics a canary's fate counts on (see ProbeMetrics._fate_child).
@@ -956,7 +956,8 @@ class ProbeMetrics:
 # A reconciliation run takes seconds on a small topic, minutes on a large one.
 _RUN_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 # How a reconciliation run ended: the `result` of synthetic_sla_reconciliation_runs_total.
-RUN_RESULTS = ("complete", "mismatch", "failed")
+# A run's verdict (probe.reconcile.outcome.Verdict), or failed: no comparison made.
+RUN_RESULTS = (*(verdict.value for verdict in Verdict), "failed")
 
 
 class ReconcileMetrics:
@@ -982,14 +983,16 @@ class ReconcileMetrics:
         )
         self.windows = Counter(
             "synthetic_sla_reconciliation_windows",
-            "Windows (per partition) reconciled, by status: complete, mismatch, unverifiable.",
+            "Windows (per partition) reconciled, by status: complete, mismatch, empty "
+            "(nothing in it to compare), unverifiable.",
             ["target", "status"],
             registry=registry,
         )
         self.runs = Counter(
             "synthetic_sla_reconciliation_runs",
-            "Reconciliation runs by result: complete, mismatch, failed (no comparison made: "
-            "broker unreachable, table unreadable).",
+            "Reconciliation runs by result: complete, mismatch, nothing_compared (every "
+            "window empty or unverifiable: records in windows not yet closed), failed (no "
+            "comparison made: broker unreachable, table unreadable).",
             ["target", "result"],
             registry=registry,
         )
@@ -1029,7 +1032,7 @@ class ReconcileMetrics:
             self.records.labels(self.target, result.value).inc(count)
         for status, count in run.windows_by_status().items():
             self.windows.labels(self.target, status.value).inc(count)
-        self.runs.labels(self.target, "complete" if run.ok else "mismatch").inc()
+        self.runs.labels(self.target, run.verdict.value).inc()
         self.mismatch_ratio.labels(self.target).set(run.mismatch_ratio)
         self.duration.labels(self.target).observe(run.duration_s)
         self.last_success.labels(self.target).set(run.finished_ms / 1000)

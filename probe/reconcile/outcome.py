@@ -17,9 +17,17 @@ Matched by key, a key the source holds ``n`` times is expected ``n`` times in th
 table: with ``c`` rows, ``min(n, c)`` are matched (or mismatched), ``n - c`` missing
 when fewer, ``c - n`` duplicated when more; with unique keys that is the offset rule.
 
-A window is ``complete`` when nothing but matches was found, ``mismatch`` otherwise,
-and ``unverifiable`` when its source records may have left the topic: such a window
-is reported with its counts and never judged either way.
+A window is ``complete`` when it held something to compare and nothing but matches
+was found, ``mismatch`` when a discrepancy was, ``empty`` when it held nothing to
+compare (no record the table is meant to hold, no row: no evidence either way), and
+``unverifiable`` when its source records may have left the topic: such a window is
+reported with its counts and never judged either way.
+
+A run's verdict (:class:`Verdict`): ``mismatch`` when a window is; else
+``nothing_compared`` when not one record or row was judged (every window empty or
+unverifiable: records written just now wait in windows still open, see
+probe.reconcile.windows.Pending); else ``complete``. Only ``complete`` passes: a run
+that compared nothing proves nothing, so a deploy check must not read it as a pass.
 """
 
 from __future__ import annotations
@@ -28,13 +36,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from probe.reconcile.windows import Window
+from probe.reconcile.windows import Pending, Window
 
 
 class WindowStatus(StrEnum):
     COMPLETE = "complete"
     MISMATCH = "mismatch"
+    EMPTY = "empty"
     UNVERIFIABLE = "unverifiable"
+
+
+class Verdict(StrEnum):
+    """What a run concludes; also the ``result`` label of
+    ``synthetic_sla_reconciliation_runs_total`` (beside ``failed``)."""
+
+    COMPLETE = "complete"
+    MISMATCH = "mismatch"
+    NOTHING_COMPARED = "nothing_compared"
+
+
+# `sla-probe reconcile`'s exit code per verdict. 2 is the CLI's (usage, config); a
+# run that could not compare at all (brokers, Spark) exits 1 as a mismatch does.
+EXIT_CODES = {Verdict.COMPLETE: 0, Verdict.MISMATCH: 1, Verdict.NOTHING_COMPARED: 3}
 
 
 class RecordResult(StrEnum):
@@ -96,6 +119,11 @@ class Tally:
     def discrepancies(self) -> int:
         return self.missing + self.extra + self.duplicated + self.mismatched
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to compare: no record the table is meant to hold, no row."""
+        return self.source == 0 and self.sink == 0
+
     def by_result(self) -> dict[RecordResult, int]:
         return {
             RecordResult.MATCHED: self.matched,
@@ -133,15 +161,20 @@ class WindowResult:
             return WindowStatus.UNVERIFIABLE
         if self.tally.discrepancies:
             return WindowStatus.MISMATCH
+        if self.tally.empty:
+            return WindowStatus.EMPTY
         return WindowStatus.COMPLETE
 
 
 @dataclass(frozen=True)
 class Reconciliation:
-    """One run: every window compared, in partition and offset order.
+    """One run: every window compared, in partition and offset order, and what it
+    could not compare yet (``pending``). ``started_ms`` is the moment it planned at.
 
-    >>> Reconciliation("r1", "orders", "/t", 0, 1, []).exit_code
-    0
+    >>> Reconciliation("r1", "orders", "/t", 0, 1, []).verdict
+    <Verdict.NOTHING_COMPARED: 'nothing_compared'>
+    >>> Reconciliation("r1", "orders", "/t", 0, 1, [], [Pending(0, 0, 9, 330_000)]).verdict_at_ms
+    330000
     """
 
     run_id: str
@@ -150,15 +183,38 @@ class Reconciliation:
     started_ms: int
     finished_ms: int
     windows: Sequence[WindowResult] = field(default_factory=list)
+    pending: Sequence[Pending] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Verdict:
+        if any(w.status is WindowStatus.MISMATCH for w in self.windows):
+            return Verdict.MISMATCH
+        if self.judged() == 0:
+            return Verdict.NOTHING_COMPARED
+        return Verdict.COMPLETE
 
     @property
     def ok(self) -> bool:
-        """Every verifiable window complete (vacuously so with none settled yet)."""
-        return all(w.status is not WindowStatus.MISMATCH for w in self.windows)
+        """Something was compared and every verifiable window is complete."""
+        return self.verdict is Verdict.COMPLETE
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def pending_records(self) -> int:
+        return sum(p.records for p in self.pending)
+
+    @property
+    def verdict_at_ms(self) -> int | None:
+        """When a run compares every record pending now; None with none pending."""
+        return max((p.compared_from_ms for p in self.pending if p.records), default=None)
+
+    def judged(self) -> int:
+        """Records and rows compared: every result but ``unverifiable``."""
+        records = self.records()
+        return sum(records[kind] for kind in RecordResult if kind is not RecordResult.UNVERIFIABLE)
 
     def records(self) -> dict[RecordResult, int]:
         """Records (and rows) by result over the run; an unverifiable window's table
@@ -189,10 +245,7 @@ class Reconciliation:
         ... ]).mismatch_ratio
         0.25
         """
-        records = self.records()
-        judged = sum(
-            records[kind] for kind in RecordResult if kind is not RecordResult.UNVERIFIABLE
-        )
+        records, judged = self.records(), self.judged()
         discrepancies = sum(records[kind] for kind in DISCREPANCIES)
         return discrepancies / judged if judged else 0.0
 

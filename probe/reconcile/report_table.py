@@ -1,5 +1,10 @@
 """The reconciliation report table: one row per window and partition, per run.
 
+``status`` is the window's: complete, mismatch, empty (nothing in it to compare:
+no evidence either way), unverifiable; or ``pending`` for the records of a window
+still open, which this run did not compare (``source`` their count by offsets, the
+table not read: a later run compares them).
+
 Each run writes ``<report_path>/run_id=<id>/part-00000.parquet``, replacing it: a run
 retried under the same id (a CronJob's scheduled time, say) replaces its rows instead
 of adding to them, and the table is the union of every run's. As in the sink's
@@ -18,7 +23,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probe.reconcile.outcome import Reconciliation
+from probe.reconcile.outcome import Reconciliation, Tally
 from probe.spark.tables import filesystem_of
 
 # Run ids become directory names: nothing that would need escaping there.
@@ -60,6 +65,9 @@ def _moment(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+PENDING = "pending"
+
+
 def report_rows(run: Reconciliation) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for result in run.windows:
@@ -81,6 +89,28 @@ def report_rows(run: Reconciliation) -> list[dict[str, object]]:
                 "extra_sample": list(t.samples.extra),
                 "duplicated_sample": list(t.samples.duplicated),
                 "extra_key_sample": list(t.samples.extra_keys),
+            }
+        )
+    unread = Tally()
+    for pending in run.pending:
+        rows.append(
+            {
+                "reconciled_at": _moment(run.started_ms),
+                "topic": run.topic,
+                "table": run.table,
+                "partition": pending.partition,
+                "start_offset": pending.start,
+                "end_offset": pending.end,
+                "window_start": _moment(pending.start_ms),
+                "window_end": _moment(pending.end_ms),
+                "status": PENDING,
+                **unread.counts(),
+                "source": pending.records,
+                "missing_sample": [],
+                "checksum_mismatch_sample": [],
+                "extra_sample": [],
+                "duplicated_sample": [],
+                "extra_key_sample": [],
             }
         )
     return rows

@@ -3,9 +3,13 @@ every ``reconcile.every`` as a service with /metrics, /healthz and /readyz.
 
 One run: plan and compare on Spark (:mod:`probe.spark.reconcile`), append the report
 table (:mod:`probe.reconcile.report_table`), count the metrics, print the table or
-JSON. Exit codes of a single run: 0 every verifiable window complete, 1 a mismatch
-(or no comparison could be made: the report says why), 2 a usage or configuration
-error (the CLI's).
+JSON. Exit codes of a single run (probe.reconcile.outcome.EXIT_CODES): 0 records were
+compared and every verifiable window is complete, 1 a mismatch (or no comparison
+could be made: the report says why), 2 a usage or configuration error (the CLI's),
+3 nothing compared: every window empty or unverifiable, the records written lately
+still in windows not yet closed (the report says when they are compared). 3 is not a
+pass: a deploy check that runs reconcile right after writing gets it until the
+records' windows close and settle.
 
 As a service it keeps going whatever a run finds or fails on: /readyz is 200 once a
 run has completed and while the last one did, 503 with the reason otherwise (no
@@ -32,8 +36,8 @@ from probe.config import ProbeConfig, require_for_reconcile
 from probe.endpoints import MetricsServer, build_app
 from probe.errors import ConfigError, ReconcileFailed
 from probe.metrics import ReconcileMetrics
-from probe.reconcile.outcome import Reconciliation, WindowStatus
-from probe.reconcile.render import as_json, render_table
+from probe.reconcile.outcome import Reconciliation, Verdict, WindowStatus
+from probe.reconcile.render import as_json, iso_time, render_table
 from probe.reconcile.report_table import RUN_ID, write_report
 from probe.reconcile.windows import WindowSpec
 from probe.signals import stop_on_signals
@@ -155,9 +159,11 @@ class Reconciler:
 def _log_run(run: Reconciliation) -> None:
     statuses = run.windows_by_status()
     log.info(
-        "reconciled %s: %d windows complete, %d mismatched, %d unverifiable (run %s, %.1fs)",
-        run.topic, statuses[WindowStatus.COMPLETE], statuses[WindowStatus.MISMATCH],
-        statuses[WindowStatus.UNVERIFIABLE], run.run_id, run.duration_s,
+        "reconciled %s: %s, %d records judged; %d windows complete, %d mismatched, %d empty, "
+        "%d unverifiable; %d records pending (run %s, %.1fs)",
+        run.topic, run.verdict.value, run.judged(), statuses[WindowStatus.COMPLETE],
+        statuses[WindowStatus.MISMATCH], statuses[WindowStatus.EMPTY],
+        statuses[WindowStatus.UNVERIFIABLE], run.pending_records, run.run_id, run.duration_s,
     )  # fmt: skip
     for result in run.windows:
         if result.status is WindowStatus.MISMATCH:
@@ -196,6 +202,21 @@ def reconcile_once(
         return 1
     out.write(json.dumps(as_json(run)) + "\n" if as_json_output else render_table(run))
     return run.exit_code
+
+
+def _summary(run: Reconciliation) -> str:
+    """``complete``, ``found a mismatch``, or ``compared nothing: 9 records pending
+    until 2026-01-01T12:10:30Z``."""
+    if run.verdict is Verdict.COMPLETE:
+        return "complete"
+    if run.verdict is Verdict.MISMATCH:
+        return "found a mismatch"
+    if run.verdict_at_ms is None:
+        return "compared nothing: no record to compare"
+    return (
+        f"compared nothing: {run.pending_records} records pending until "
+        f"{iso_time(run.verdict_at_ms)}"
+    )
 
 
 class Readiness:
@@ -254,10 +275,7 @@ async def serve_reconcile(
                 log.error("reconciliation failed: %s", failed)
             else:
                 readiness.ready = True
-                readiness.reason = (
-                    f"reconcile: last run {run.run_id} "
-                    f"{'complete' if run.ok else 'found a mismatch'}"
-                )
+                readiness.reason = f"reconcile: last run {run.run_id} {_summary(run)}"
             # A run longer than the period is followed at once, never by a backlog.
             next_start = max(next_start + every, time.monotonic())
             with contextlib.suppress(TimeoutError):

@@ -25,6 +25,12 @@ starts before the log's first offset; a time window when the log has lost record
 and the window's first offset is the log's first one (a deleted record might have
 belonged to it).
 
+**Pending records.** What a run does not compare yet is said, not dropped: the
+records after the last compared offset (by offsets: younger than the settle delay; by
+time: in a window that has not closed, or closed less than the settle delay ago) are
+:class:`Pending`, each range with the moment a run first compares it: the window's
+end plus the settle delay (by offsets: now plus the settle delay, at the latest).
+
 **Rows by time.** A table matched by a key column has no partition or offset to
 place a row by. A row whose key matches a record is in that record's window; one
 whose key matches none (an *extra* row) can only be placed by a time column of the
@@ -108,6 +114,30 @@ class Window:
         return f"offsets {self.start}-{self.end - 1}" if self.end > self.start else "no offsets"
 
 
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """Offsets ``[start, end)`` of one partition that this run could not compare yet,
+    and ``compared_from_ms``: when a run first compares them (they will have settled
+    and their window closed). Counted by offsets: a transactional topic's markers
+    count as records here. ``start_ms``/``end_ms``: the open time window's bounds
+    (None by offsets).
+
+    >>> Pending(0, 40, 49, 930_000).records
+    9
+    """
+
+    partition: int
+    start: int
+    end: int
+    compared_from_ms: int
+    start_ms: int | None = None
+    end_ms: int | None = None
+
+    @property
+    def records(self) -> int:
+        return self.end - self.start
+
+
 def _clock(ms: int) -> str:
     moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return moment.strftime("%H:%M:%S" if moment.microsecond == 0 else "%H:%M:%S.%f")
@@ -129,6 +159,20 @@ def offset_windows(log: PartitionLog, size: int, since: int, settled: int) -> li
     ]
 
 
+def offset_pending(log: PartitionLog, settled: int, now_ms: int, settle_ms: int) -> list[Pending]:
+    """The records of one partition from ``settled`` (the first offset too young to
+    compare) to the log's end: compared by the time the newest of them settles.
+
+    >>> [(p.start, p.end, p.compared_from_ms) for p in offset_pending(
+    ...     PartitionLog(0, begin=0, end=420), 390, now_ms=1_000, settle_ms=30_000)]
+    [(390, 420, 31000)]
+    """
+    start = min(max(settled, log.begin), log.end)
+    if start >= log.end:
+        return []
+    return [Pending(log.partition, start, log.end, now_ms + settle_ms)]
+
+
 def time_boundaries(now_ms: int, lookback_ms: int, settle_ms: int, duration_ms: int) -> list[int]:
     """The window boundaries to compare now: epoch multiples of ``duration_ms`` from
     the one at or before ``now - lookback`` to the last one at or before
@@ -141,6 +185,54 @@ def time_boundaries(now_ms: int, lookback_ms: int, settle_ms: int, duration_ms: 
     first = math.floor((now_ms - lookback_ms) / duration_ms) * duration_ms
     last = math.floor((now_ms - settle_ms) / duration_ms) * duration_ms
     return list(range(first, last + 1, duration_ms))
+
+
+def open_boundaries(now_ms: int, lookback_ms: int, settle_ms: int, duration_ms: int) -> list[int]:
+    """The boundaries of the windows not compared now: from the last one
+    :func:`time_boundaries` gives (not before the lookback) to the first after now.
+    Consecutive boundaries bound one open window; its records wait for a later run.
+
+    >>> open_boundaries(now_ms=1_000_000, lookback_ms=400_000, settle_ms=30_000,
+    ...                 duration_ms=300_000)
+    [900000, 1200000]
+    >>> open_boundaries(now_ms=1_210_000, lookback_ms=400_000, settle_ms=30_000,
+    ...                 duration_ms=300_000)
+    [900000, 1200000, 1500000]
+    """
+    first = math.floor((now_ms - lookback_ms) / duration_ms) * duration_ms
+    last = math.floor((now_ms - settle_ms) / duration_ms) * duration_ms
+    after_now = math.floor(now_ms / duration_ms) * duration_ms + duration_ms
+    return list(range(max(first, last), after_now + 1, duration_ms))
+
+
+def time_pending(
+    log: PartitionLog,
+    boundaries: Sequence[int],
+    offsets_at: Mapping[int, int | None],
+    settle_ms: int,
+) -> list[Pending]:
+    """The records of one partition in the open windows between ``boundaries``
+    (:func:`open_boundaries`), each window's with the moment it settles. The last
+    boundary lies after now: ``offsets_at`` None there, so the last window runs to the
+    log's end (a record stamped in the future waits there too).
+
+    >>> [(p.start, p.end, p.compared_from_ms) for p in time_pending(
+    ...     PartitionLog(0, begin=0, end=70), [900_000, 1_200_000],
+    ...     {900_000: 40, 1_200_000: None}, settle_ms=30_000)]
+    [(40, 70, 1230000)]
+    """
+    return [
+        Pending(
+            log.partition,
+            window.start,
+            window.end,
+            window.end_ms + settle_ms,
+            start_ms=window.start_ms,
+            end_ms=window.end_ms,
+        )
+        for window in time_windows(log, boundaries, offsets_at)
+        if window.end > window.start and window.end_ms is not None
+    ]
 
 
 def time_windows(

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -66,10 +66,14 @@ from probe.errors import ConfigError, ReconcileFailed
 from probe.reconcile.outcome import Reconciliation, Samples, Tally, WindowResult
 from probe.reconcile.windows import (
     PartitionLog,
+    Pending,
     WindowSpec,
+    offset_pending,
     offset_windows,
+    open_boundaries,
     rows_by_time,
     time_boundaries,
+    time_pending,
     time_windows,
 )
 from probe.reconcile.windows import Window as ReconcileWindow
@@ -210,12 +214,18 @@ class ReconcileJob:
         (brokers, topic, a Spark job), ConfigError for a table that does not fit."""
         started_ms = self._clock_ms()
         try:
-            windows = self.plan(started_ms)
+            windows, pending = self._plan(started_ms)
             results = self.compare(windows)
         except (KafkaError, ValueError, OSError, Py4JError, PySparkException) as exc:
             raise ReconcileFailed(_reason(exc)) from exc
         return Reconciliation(
-            run_id, self.settings.topic, self.settings.table, started_ms, self._clock_ms(), results
+            run_id,
+            self.settings.topic,
+            self.settings.table,
+            started_ms,
+            self._clock_ms(),
+            results,
+            pending,
         )
 
     # -- driver: the plan -----------------------------------------------------------
@@ -223,13 +233,20 @@ class ReconcileJob:
     def plan(self, now_ms: int) -> list[ReconcileWindow]:
         """The windows to compare now, from the log's offsets as listed now; matched
         by key with a time column, then the windows of rows placed by time."""
-        placed, spans = self._placed(now_ms)
-        if self.settings.time_column is None:
-            return placed
-        return [*placed, *rows_by_time(placed, spans)]
+        return self._plan(now_ms)[0]
 
-    def _placed(self, now_ms: int) -> tuple[list[ReconcileWindow], list[tuple[int | None, int]]]:
-        """The windows of the records, and the stretches of time they cover."""
+    def _plan(self, now_ms: int) -> tuple[list[ReconcileWindow], list[Pending]]:
+        """The windows to compare now, and the records they leave for a later run."""
+        placed, spans, pending = self._placed(now_ms)
+        if self.settings.time_column is None:
+            return placed, pending
+        return [*placed, *rows_by_time(placed, spans)], pending
+
+    def _placed(
+        self, now_ms: int
+    ) -> tuple[list[ReconcileWindow], list[tuple[int | None, int]], list[Pending]]:
+        """The windows of the records, the stretches of time they cover, and the
+        records after them (in windows still open, or younger than the settle delay)."""
         s = self.settings
         offsets = TopicOffsets(s.source_options())
         try:
@@ -241,16 +258,28 @@ class ReconcileJob:
                 boundaries = time_boundaries(
                     now_ms, lookback_ms or 0, settle_ms, s.window.duration_ms
                 )
-                at = {moment: offsets.at_times(dict.fromkeys(end, moment)) for moment in boundaries}
-                return [
+                still_open = open_boundaries(
+                    now_ms, lookback_ms or 0, settle_ms, s.window.duration_ms
+                )
+                # The last open boundary lies after now: its windows run to the log's
+                # end, with no need to ask.
+                asked = sorted({*boundaries, *still_open[:-1]})
+                at = {moment: offsets.at_times(dict.fromkeys(end, moment)) for moment in asked}
+                windows = [
                     window
                     for partition in logs
                     for window in time_windows(
-                        partition,
-                        boundaries,
-                        {moment: at[moment][str(partition.partition)] for moment in boundaries},
+                        partition, boundaries, _offsets_at(at, partition, boundaries)
                     )
-                ], list(pairwise(boundaries))
+                ]
+                pending = [
+                    records
+                    for partition in logs
+                    for records in time_pending(
+                        partition, still_open, _offsets_at(at, partition, still_open), settle_ms
+                    )
+                ]
+                return windows, list(pairwise(boundaries)), pending
             assert s.window.offsets is not None
             settled = offsets.at_times(dict.fromkeys(end, now_ms - settle_ms))
             since = (
@@ -270,11 +299,21 @@ class ReconcileJob:
                 settled=_or(settled[str(partition.partition)], partition.end),
             )
         ]
+        pending = [
+            records
+            for partition in logs
+            for records in offset_pending(
+                partition,
+                _or(settled[str(partition.partition)], partition.end),
+                now_ms,
+                settle_ms,
+            )
+        ]
         # Offset windows start at or before the lookback and end at the settled
         # offsets: they cover the records of that stretch of time, taken inward to
         # whole seconds (a row on the edge is left alone rather than misjudged).
         since_ms = None if lookback_ms is None else -(-(now_ms - lookback_ms) // 1000) * 1000
-        return windows, [(since_ms, (now_ms - settle_ms) // 1000 * 1000)]
+        return windows, [(since_ms, (now_ms - settle_ms) // 1000 * 1000)], pending
 
     # -- executors: the comparison ----------------------------------------------------
 
@@ -634,6 +673,16 @@ def _reason(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = lines[0] if lines else type(exc).__name__
     return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _offsets_at(
+    at: Mapping[int, Mapping[str, int | None]], partition: PartitionLog, moments: Sequence[int]
+) -> dict[int, int | None]:
+    """One partition's first offset at or after each moment (None: past its log, or a
+    moment not asked about because it lies after now)."""
+    return {
+        moment: at[moment][str(partition.partition)] if moment in at else None for moment in moments
+    }
 
 
 def _or(offset: int | None, default: int) -> int:

@@ -31,9 +31,9 @@ def test_every_series_exists_at_zero_before_the_first_run() -> None:
             (("result", result), ("target", "orders")),
         )
         assert samples[key] == 0
-    for status in ("complete", "mismatch", "unverifiable"):
+    for status in ("complete", "mismatch", "empty", "unverifiable"):
         assert sample(samples, "synthetic_sla_reconciliation_windows_total", status=status) == 0
-    for result in ("complete", "mismatch", "failed"):
+    for result in ("complete", "mismatch", "nothing_compared", "failed"):
         assert sample(samples, "synthetic_sla_reconciliation_runs_total", result=result) == 0
     assert sample(samples, "synthetic_sla_reconciliation_mismatch_ratio") == 0
     assert sample(samples, "synthetic_sla_reconciliation_last_success_timestamp_seconds") == 0
@@ -78,3 +78,17 @@ def test_a_run_is_counted_by_result_and_status() -> None:
         == 1_700_000_012.5
     )
     assert sample(samples, "synthetic_sla_reconciliation_duration_seconds_sum") == 12.5
+
+
+def test_a_run_that_compared_nothing_is_counted_as_such() -> None:
+    registry = CollectorRegistry()
+    metrics = ReconcileMetrics(registry, "orders")
+    empty = [WindowResult(Window(p, 0, 0, 0, 300_000), Tally()) for p in range(3)]
+    metrics.completed(Reconciliation("r1", "orders", "/t", 0, 1_000, empty))
+    samples = _samples(registry)
+    assert (
+        sample(samples, "synthetic_sla_reconciliation_runs_total", result="nothing_compared") == 1
+    )
+    assert sample(samples, "synthetic_sla_reconciliation_runs_total", result="complete") == 0
+    assert sample(samples, "synthetic_sla_reconciliation_windows_total", status="empty") == 3
+    assert sample(samples, "synthetic_sla_reconciliation_windows_total", status="complete") == 0

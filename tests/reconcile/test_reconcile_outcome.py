@@ -8,27 +8,33 @@ import json
 import pytest
 
 import probe.reconcile.outcome as outcome_module
+import probe.reconcile.render as render_module
 from probe.reconcile.outcome import (
     Reconciliation,
     RecordResult,
     Samples,
     Tally,
+    Verdict,
     WindowResult,
     WindowStatus,
 )
 from probe.reconcile.render import as_json, render_table
-from probe.reconcile.windows import Window
+from probe.reconcile.report_table import report_rows
+from probe.reconcile.windows import Pending, Window
 
 COMPLETE = Tally(source=10, sink=10, matched=10)
 MISSING = Tally(source=10, sink=8, matched=8, missing=2, samples=Samples(missing=(3, 7)))
 
 
-def _run(*results: WindowResult) -> Reconciliation:
-    return Reconciliation("r1", "orders", "/sink/canaries", 1_000, 3_500, list(results))
+def _run(*results: WindowResult, pending: tuple[Pending, ...] = ()) -> Reconciliation:
+    return Reconciliation(
+        "r1", "orders", "/sink/canaries", 1_000, 3_500, list(results), list(pending)
+    )
 
 
 def test_the_examples_in_the_docstrings_hold() -> None:
     assert doctest.testmod(outcome_module).failed == 0
+    assert doctest.testmod(render_module).failed == 0
 
 
 @pytest.mark.parametrize(
@@ -39,8 +45,11 @@ def test_the_examples_in_the_docstrings_hold() -> None:
         (Window(0, 0, 10), Tally(source=1, sink=2, matched=1, duplicated=1), WindowStatus.MISMATCH),
         (Window(0, 0, 10), Tally(sink=1, extra=1), WindowStatus.MISMATCH),
         (Window(0, 0, 10), Tally(source=1, sink=1, mismatched=1), WindowStatus.MISMATCH),
-        # Nothing on either side is complete: there was nothing to lose.
-        (Window(0, 5, 5), Tally(), WindowStatus.COMPLETE),
+        # Nothing on either side: no evidence either way, never "complete".
+        (Window(0, 5, 5), Tally(), WindowStatus.EMPTY),
+        (Window(0, 0, 300), Tally(), WindowStatus.EMPTY),
+        # Only records the table is not meant to hold (quarantined, foreign).
+        (Window(0, 0, 2), Tally(excluded=2), WindowStatus.EMPTY),
         # Never judged, whatever its counts.
         (Window(0, 0, 10, verifiable=False), MISSING, WindowStatus.UNVERIFIABLE),
         (Window(0, 0, 10, verifiable=False), COMPLETE, WindowStatus.UNVERIFIABLE),
@@ -71,15 +80,122 @@ def test_a_run_with_one_mismatch_fails_and_counts_every_record_once() -> None:
     assert run.windows_by_status() == {
         WindowStatus.COMPLETE: 1,
         WindowStatus.MISMATCH: 1,
+        WindowStatus.EMPTY: 0,
         WindowStatus.UNVERIFIABLE: 1,
     }
 
 
-def test_unverifiable_windows_and_nothing_settled_pass() -> None:
-    assert _run().exit_code == 0
-    assert _run().mismatch_ratio == 0.0
+def test_unverifiable_windows_beside_compared_ones_pass() -> None:
     lost = WindowResult(Window(0, 0, 10, verifiable=False), MISSING)
-    assert _run(lost).exit_code == 0
+    run = _run(lost, WindowResult(Window(1, 0, 10), COMPLETE))
+    assert (run.verdict, run.ok, run.exit_code) == (Verdict.COMPLETE, True, 0)
+
+
+# The new user's run: records written 45 s ago (12:02:15), 5-minute windows, an hour of
+# lookback: twelve windows per partition closed and empty, the records in 12:00-12:05.
+NOON = 12 * 3_600_000
+NOW = NOON + 3 * 60_000
+CLOSES = NOON + 5 * 60_000 + 30_000  # the window's end plus the settle delay
+
+
+def _empty_hour(partitions: int = 3) -> list[WindowResult]:
+    return [
+        WindowResult(Window(p, 0, 0, NOW - (13 - i) * 300_000, NOW - (12 - i) * 300_000), Tally())
+        for p in range(partitions)
+        for i in range(12)
+    ]
+
+
+def _just_written(*windows: WindowResult) -> Reconciliation:
+    pending = [Pending(p, 0, 3, CLOSES, NOON, NOON + 300_000) for p in range(3)]
+    return Reconciliation("r1", "sla", "/sink/canaries", NOW, NOW + 4_000, list(windows), pending)
+
+
+@pytest.mark.parametrize(
+    "windows",
+    [
+        [],  # no window closed yet
+        _empty_hour(),  # every closed window empty
+        [WindowResult(Window(0, 0, 10, verifiable=False), MISSING)],  # all unverifiable
+        [WindowResult(Window(0, 0, 2), Tally(excluded=2))],  # only quarantined records
+    ],
+)
+def test_a_run_that_compared_nothing_never_passes(windows: list[WindowResult]) -> None:
+    for run in (_run(*windows), _just_written(*windows)):
+        assert run.judged() == 0
+        assert (run.verdict, run.ok, run.exit_code) == (Verdict.NOTHING_COMPARED, False, 3)
+        assert run.mismatch_ratio == 0.0
+        assert as_json(run)["ok"] is False
+        assert render_table(run).splitlines()[-1].startswith("result: NOTHING COMPARED")
+
+
+def test_records_just_written_say_how_many_wait_and_when_they_are_compared() -> None:
+    run = _just_written(*_empty_hour())
+    assert (run.pending_records, run.verdict_at_ms) == (9, CLOSES)
+    lines = render_table(run).splitlines()
+    # Empty windows are not listed as evidence of anything: no rows, no column header.
+    assert lines[0] == "reconcile sla -> /sink/canaries (run r1)"
+    assert len(lines) == 3
+    assert lines[-2] == (
+        "pending: 9 records in windows still open, on 3 partitions: compared from "
+        "1970-01-01T12:05:30Z (in 2m30s)"
+    )
+    assert lines[-1] == (
+        "result: NOTHING COMPARED (36 windows: 36 empty): 0 records judged, 9 pending until "
+        "1970-01-01T12:05:30Z: not a pass; reconcile again then"
+    )
+    report = as_json(run)
+    assert (report["ok"], report["verdict"], report["judged"]) == (False, "nothing_compared", 0)
+    assert report["windows_by_status"] == {
+        "complete": 0,
+        "mismatch": 0,
+        "empty": 36,
+        "unverifiable": 0,
+    }
+    assert report["pending"] == {
+        "records": 9,
+        "partitions": 3,
+        "verdict_at": "1970-01-01T12:05:30Z",
+        "verdict_in_s": 150.0,
+    }
+    assert {w["status"] for w in report["windows"]} == {"empty"}
+
+
+def test_a_run_with_nothing_in_the_lookback_says_so() -> None:
+    run = _run(*_empty_hour())
+    assert render_table(run).splitlines()[-1] == (
+        "result: NOTHING COMPARED (36 windows: 36 empty): 0 records judged, none pending: "
+        "the topic holds no record to compare in the lookback"
+    )
+    assert as_json(run)["pending"] == {
+        "records": 0,
+        "partitions": 0,
+        "verdict_at": None,
+        "verdict_in_s": None,
+    }
+
+
+def test_a_complete_run_names_what_is_still_pending() -> None:
+    run = _just_written(WindowResult(Window(0, 0, 10, NOON - 300_000, NOON), COMPLETE))
+    assert (run.verdict, run.exit_code) == (Verdict.COMPLETE, 0)
+    lines = render_table(run).splitlines()
+    assert lines[-2].startswith("pending: 9 records in windows still open, on 3 partitions")
+    assert lines[-1].startswith("result: OK (1 windows complete): 0 missing")
+
+
+def test_the_report_table_holds_empty_windows_and_pending_records_as_such() -> None:
+    rows = report_rows(_just_written(*_empty_hour(partitions=1)))
+    assert [r["status"] for r in rows] == ["empty"] * 12 + ["pending"] * 3
+    pending = rows[-1]
+    assert (pending["partition"], pending["start_offset"], pending["end_offset"]) == (2, 0, 3)
+    assert (pending["source"], pending["sink"], pending["matched"], pending["missing"]) == (
+        3,
+        0,
+        0,
+        0,
+    )
+    assert pending["window_end"] is not None
+    assert pending["window_end"].timestamp() * 1000 == NOON + 300_000
 
 
 def test_the_table_names_partition_window_and_missing_offsets() -> None:

@@ -9,11 +9,15 @@ import pytest
 import probe.reconcile.windows as windows_module
 from probe.reconcile.windows import (
     PartitionLog,
+    Pending,
     Window,
     WindowSpec,
+    offset_pending,
     offset_windows,
+    open_boundaries,
     rows_by_time,
     time_boundaries,
+    time_pending,
     time_windows,
 )
 
@@ -73,6 +77,79 @@ def test_time_boundaries_are_aligned_and_settled(
     now: int, lookback: int, settle: int, expected: list[int]
 ) -> None:
     assert time_boundaries(now, lookback, settle, 5 * MINUTE) == expected
+
+
+# --- What a run leaves for a later one: records in windows still open -----------------
+
+NOON = 12 * 60 * MINUTE
+
+
+@pytest.mark.parametrize(
+    ("now", "lookback", "expected"),
+    [
+        # Records written 45 s ago, at 12:02:15: the window 12:00-12:05 is open, the
+        # ones before it are compared. Its records are compared from 12:05:30.
+        (NOON + 3 * MINUTE, 60 * MINUTE, [NOON, NOON + 5 * MINUTE]),
+        # 12:05:20: 12:00-12:05 has closed but not settled, 12:05-12:10 is open too.
+        (NOON + 5 * MINUTE + 20_000, 60 * MINUTE, [NOON, NOON + 5 * MINUTE, NOON + 10 * MINUTE]),
+        # 12:05:40: 12:00-12:05 has settled (compared), only 12:05-12:10 is open.
+        (NOON + 5 * MINUTE + 40_000, 60 * MINUTE, [NOON + 5 * MINUTE, NOON + 10 * MINUTE]),
+        # A lookback shorter than the settle delay: open windows start at the lookback.
+        (NOON + 3 * MINUTE, 10_000, [NOON, NOON + 5 * MINUTE]),
+        # Exactly on a boundary: the window starting now is open, and holds nothing yet.
+        (NOON + 5 * MINUTE, 60 * MINUTE, [NOON, NOON + 5 * MINUTE, NOON + 10 * MINUTE]),
+    ],
+)
+def test_open_boundaries_follow_the_last_compared_one_past_now(
+    now: int, lookback: int, expected: list[int]
+) -> None:
+    bounds = open_boundaries(now, lookback, 30_000, 5 * MINUTE)
+    assert bounds == expected
+    compared = time_boundaries(now, lookback, 30_000, 5 * MINUTE)
+    # Open windows start where the compared ones end: no record falls between them.
+    if len(compared) > 1:
+        assert bounds[0] == compared[-1]
+    assert bounds[-1] > now
+
+
+def test_records_in_open_windows_are_pending_until_their_window_settles() -> None:
+    bounds = [NOON, NOON + 5 * MINUTE, NOON + 10 * MINUTE]
+    log = PartitionLog(1, begin=0, end=90)
+    pending = time_pending(
+        log, bounds, {NOON: 70, NOON + 5 * MINUTE: 85, NOON + 10 * MINUTE: None}, 30_000
+    )
+    assert pending == [
+        Pending(1, 70, 85, NOON + 5 * MINUTE + 30_000, NOON, NOON + 5 * MINUTE),
+        Pending(1, 85, 90, NOON + 10 * MINUTE + 30_000, NOON + 5 * MINUTE, NOON + 10 * MINUTE),
+    ]
+    assert [p.records for p in pending] == [15, 5]
+    # No record after the last compared window: nothing pending.
+    assert (
+        time_pending(
+            log, bounds, {NOON: 90, NOON + 5 * MINUTE: None, NOON + 10 * MINUTE: None}, 30_000
+        )
+        == []
+    )
+    # An empty log.
+    assert time_pending(PartitionLog(0, 0, 0), bounds, dict.fromkeys(bounds), 30_000) == []
+
+
+@pytest.mark.parametrize(
+    ("log", "settled", "expected"),
+    [
+        (PartitionLog(0, 0, 250), 240, [(240, 250)]),
+        (PartitionLog(0, 0, 250), 250, []),  # everything settled
+        (PartitionLog(0, 0, 250), 300, []),  # listed a moment apart
+        (PartitionLog(0, 100, 250), 50, [(100, 250)]),  # from the log's first record
+        (PartitionLog(0, 0, 0), 0, []),
+    ],
+)
+def test_records_younger_than_the_settle_delay_are_pending(
+    log: PartitionLog, settled: int, expected: list[tuple[int, int]]
+) -> None:
+    pending = offset_pending(log, settled, now_ms=NOON, settle_ms=30_000)
+    assert [(p.start, p.end) for p in pending] == expected
+    assert all(p.compared_from_ms == NOON + 30_000 and p.start_ms is None for p in pending)
 
 
 def test_time_windows_take_the_first_offset_at_each_boundary() -> None:

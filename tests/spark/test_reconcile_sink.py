@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,7 +30,7 @@ from pyspark.sql import SparkSession
 from probe.cli import main
 from probe.config import StageName, load
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.reconcile.outcome import Reconciliation
+from probe.reconcile.outcome import Reconciliation, RecordResult
 from probe.reconcile.runner import Reconciler, serve_reconcile
 from tests.conftest import Samples, http_status, sample, scrape, until, wait_for
 from tests.spark.test_sink import pipeline
@@ -326,3 +327,107 @@ def test_a_table_that_does_not_fit_is_a_config_error(sink_run: SinkRun, tmp_path
     ]
     assert err.startswith("sla-probe: config error: reconcile.table: ")
     assert "has no column kafka_partiton" in err
+
+
+# --- Right after a sink run, with the default windows: nothing compared yet ------------
+
+WINDOW_MS = 5 * 60_000  # reconcile.window.duration's default
+SETTLE_MS = 30_000  # reconcile.settle's default: sink.freshness
+# From the first record produced to the last command run on the real clock below: two
+# rounds through the sink, then three reconciliations that compare nothing.
+SCENARIO_MS = 100_000
+
+
+async def test_right_after_a_sink_run_nothing_is_compared_and_it_says_when(
+    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A new user's first reconcile, with every default: records written a moment
+    ago sit in a 5-minute window still open. It used to answer `ok: true`, every
+    window `complete`, 0 records matched, exit 0, with a Parquet file of the table
+    deleted too. Now: not a pass (exit 3), the pending records counted, the moment
+    they are compared named; and at that moment, they are."""
+    topic = f"sla-{uuid.uuid4().hex[:10]}"
+    async with pipeline(spark, broker, topic, tmp_path / "run") as p:
+        # The records' window must stay open through the commands below: start clear
+        # of its end (the scenario is "right after", not "just before a boundary").
+        left = WINDOW_MS - _now_ms() % WINDOW_MS
+        if left < SCENARIO_MS:
+            await asyncio.sleep(left / 1000 + 0.5)
+        first_ms = _now_ms()
+        await p.probe.produce_round()
+        await until(lambda: p.sink_fates() >= PARTITIONS, within=120, what="a round written")
+        await p.probe.produce_round()
+        await until(lambda: p.sink_fates() >= 2 * PARTITIONS, within=60, what="two rounds")
+        key_file = tmp_path / "keys.json"
+        key_file.write_text(p.keyring.to_json())
+    whole = _copy(tmp_path / "run", tmp_path / "whole")
+    short = _copy(tmp_path / "run", tmp_path / "short")
+    files = _batch_files(short)
+    assert len(files) >= 2, files
+    files[0].unlink()
+    compared_from_ms = first_ms - first_ms % WINDOW_MS + WINDOW_MS + SETTLE_MS
+
+    def reconcile(sink_path: Path, *args: str) -> tuple[int, str, str]:
+        result = CliRunner().invoke(
+            main,
+            [
+                "reconcile",
+                "--bootstrap-servers", broker.bootstrap_servers,
+                "--topic", topic,
+                "--sink-path", str(sink_path),
+                "--signing-key-file", str(key_file),
+                *args,
+            ],
+        )  # fmt: skip
+        return result.exit_code, result.stdout, result.stderr
+
+    for sink_path in (whole, short):
+        code, out, err = reconcile(sink_path, "--json")
+        assert code == 3, out + err
+        report = json.loads(out)
+        assert (report["ok"], report["verdict"], report["judged"]) == (
+            False,
+            "nothing_compared",
+            0,
+        )
+        assert report["records"]["matched"] == 0
+        assert report["windows_by_status"]["complete"] == 0
+        assert {w["status"] for w in report["windows"]} == {"empty"}
+        assert report["pending"]["records"] == 2 * PARTITIONS
+        assert report["pending"]["partitions"] == PARTITIONS
+        assert report["pending"]["verdict_at"] == _iso(compared_from_ms)
+        code, out, err = reconcile(sink_path)
+        assert code == 3, out + err
+        assert (
+            f"pending: {2 * PARTITIONS} records in windows still open, on {PARTITIONS} "
+            f"partitions: compared from {_iso(compared_from_ms)} (in "
+        ) in out
+        assert out.splitlines()[-1].endswith(
+            f"0 records judged, {2 * PARTITIONS} pending until {_iso(compared_from_ms)}: "
+            "not a pass; reconcile again then"
+        )
+        assert _now_ms() < compared_from_ms, "the scenario outran its window"
+    # At the moment named, the same records are compared: all there, or one file short.
+    config = {
+        "kafka.bootstrap_servers": broker.bootstrap_servers,
+        "kafka.topic": topic,
+        "signing_key_file": str(key_file),
+    }
+    at_verdict: dict[Path, Reconciliation] = {
+        sink_path: Reconciler(
+            spark,
+            load(overrides={**config, "sink.path": str(sink_path)}),
+            key_file.read_text(),
+            clock_ms=lambda: compared_from_ms,
+        ).run()
+        for sink_path in (whole, short)
+    }
+    assert (at_verdict[whole].exit_code, at_verdict[whole].judged()) == (0, 2 * PARTITIONS)
+    assert at_verdict[whole].records()[RecordResult.MATCHED] == 2 * PARTITIONS
+    assert at_verdict[whole].pending_records == 0
+    assert at_verdict[short].exit_code == 1
+    assert at_verdict[short].records()[RecordResult.MISSING] >= 1
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
