@@ -211,9 +211,12 @@ class KafkaNode(LoopbackServer):
         ]
 
     def format_command(self, cluster: str) -> list[str]:
+        # One id in 32 starts with "-" (URL-safe base64): as a separate argument the
+        # tool's parser took it for an option and refused to format.
         return self.java(
-            "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self.properties)
-        )
+            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c",
+            str(self.properties),
+        )  # fmt: skip
 
     def command(self) -> list[str]:
         return self.java("kafka.Kafka", str(self.properties))
