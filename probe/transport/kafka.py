@@ -48,6 +48,7 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
     UnknownProducerId,
     UnknownTopicOrPartitionError,
+    for_code,
 )
 from aiokafka.helpers import create_ssl_context
 
@@ -57,7 +58,7 @@ from probe.leadership import LeaderPlan
 from probe.partition_summary import partitions_summary, ranges_summary
 from probe.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
-from probe.transport.kafka_leaders import carry_out
+from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST, carry_out, grow
 
 log = logging.getLogger(__name__)
 
@@ -363,15 +364,18 @@ class KafkaTransport:
         if await self.partitions():
             return False
         brokers = max(1, await self.broker_count())
+        wanted = partitions or max(3, brokers)
+        first = min(wanted, PARTITIONS_PER_REQUEST)
         topic = NewTopic(
             self._topic,
-            num_partitions=partitions or max(3, brokers),
+            num_partitions=first,
             replication_factor=replication_factor or min(3, brokers),
         )
         admin = AIOKafkaAdminClient(**self._options)
         try:
             await admin.start()
-            await admin.create_topics([topic])
+            _raise_topic_errors(await admin.create_topics([topic]))
+            await grow(admin, self._topic, first, wanted)
         except TopicAlreadyExistsError:
             return False
         except KafkaError as exc:
@@ -780,3 +784,13 @@ def min_insync_of(responses: Sequence[Any]) -> int | None:
                     except ValueError:
                         return None
     return None
+
+
+def _raise_topic_errors(response: Any) -> None:
+    """aiokafka's create_topics returns the broker's per-topic errors without raising
+    them: a refused creation (a policy, an ACL, too few brokers for the replication
+    factor) passed for a created topic."""
+    for name, code, *rest in response.topic_errors:
+        if code:
+            message = rest[0] if rest and isinstance(rest[0], str) else None
+            raise for_code(code)(f"topic {name}: {message or 'refused'}")

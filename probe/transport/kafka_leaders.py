@@ -22,6 +22,23 @@ from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 from probe.leadership import LeaderPlan
 
 TIMEOUT_MS = 30_000
+# Apache Kafka's controller refuses an operation that writes over 10,000 records to
+# its log (POLICY_VIOLATION, "excessively large batch operation"): a topic of 10,000
+# partitions is one record per partition plus the topic's, and cannot be created in
+# one request. Creating, growing, moving and electing go this many partitions at a time.
+PARTITIONS_PER_REQUEST = 5_000
+
+
+def growth_steps(current: int, wanted: int, per_request: int = PARTITIONS_PER_REQUEST) -> list[int]:
+    """The partition counts to grow a topic through, ``per_request`` new ones at a
+    time: ``growth_steps(1, 12000) == [5001, 10001, 12000]``; empty when not growing."""
+    return list(range(current + per_request, wanted, per_request)) + (
+        [wanted] if wanted > current else []
+    )
+
+
+def _chunks(items: list[Any], size: int = PARTITIONS_PER_REQUEST) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 class ElectLeadersResponse_v0(Response):  # type: ignore[misc]  # names as aiokafka names them
@@ -75,17 +92,24 @@ async def carry_out(admin: AIOKafkaAdminClient, topic: str, plan: LeaderPlan) ->
     problems: list[str] = []
     if plan.grow_to is not None:
         try:
+            # Only ever to as many partitions as brokers: one request.
             await admin.create_partitions({topic: NewPartitions(plan.grow_to)}, TIMEOUT_MS)
         except KafkaError as exc:
             problems.append(f"growing {topic} to {plan.grow_to} partitions: {exc}")
-    if plan.reassign:
-        moves: list[Any] = [(c.partition, list(c.replicas), {}) for c in plan.reassign]
-        request = AlterPartitionReassignmentsRequest(TIMEOUT_MS, [(topic, moves, {})], {})
+    moves: list[Any] = [(c.partition, list(c.replicas), {}) for c in plan.reassign]
+    for some in _chunks(moves):
+        request = AlterPartitionReassignmentsRequest(TIMEOUT_MS, [(topic, some, {})], {})
         problems += await _send(admin, request, "reassigning", _reassign_errors)
-    if plan.elect:
-        request = ElectLeadersRequest(topic, list(plan.elect), TIMEOUT_MS)
+    for chosen in _chunks(list(plan.elect)):
+        request = ElectLeadersRequest(topic, chosen, TIMEOUT_MS)
         problems += await _send(admin, request, "electing preferred leaders", _elect_errors)
     return problems
+
+
+async def grow(admin: AIOKafkaAdminClient, topic: str, current: int, wanted: int) -> None:
+    """Grow the topic to ``wanted`` partitions, PARTITIONS_PER_REQUEST at a time."""
+    for count in growth_steps(current, wanted, PARTITIONS_PER_REQUEST):
+        await admin.create_partitions({topic: NewPartitions(count)}, TIMEOUT_MS)
 
 
 async def _send(admin: AIOKafkaAdminClient, request: Any, doing: str, errors: Any) -> list[str]:

@@ -8,10 +8,15 @@ import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from probe.apache_kafka.cluster import KafkaCluster
+from probe.config import KafkaConfig
+from probe.transport import kafka as kafka_module
+from probe.transport import kafka_leaders
+from probe.transport.kafka import KafkaTransport
 from tests.apache_kafka.kafka_admin import (
     create_topic,
     delete_topic,
@@ -144,3 +149,41 @@ def test_a_topic_deleted_and_recreated_by_someone_else_is_read_from_its_new_begi
     )
     assert probe.canaries("lost") == 0
     assert min(end_offsets(servers, topic).values()) >= 5
+
+
+async def test_a_topic_larger_than_one_request_allows_is_created_in_steps(
+    kafka_cluster: KafkaCluster, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kafka's controller refuses to create 10,000 partitions in one request; here the
+    # step is made small so that a few partitions take several requests.
+    monkeypatch.setattr(kafka_module, "PARTITIONS_PER_REQUEST", 4)
+    monkeypatch.setattr(kafka_leaders, "PARTITIONS_PER_REQUEST", 4)
+    config = KafkaConfig(bootstrap_servers=kafka_cluster.bootstrap_servers, topic=topic)
+    transport = KafkaTransport(config)
+    await transport.start()
+    try:
+        assert await transport.ensure_topic(10, 3)
+    finally:
+        await transport.close()
+
+    def all_ten() -> dict[int, Any]:
+        # The brokers learn of partitions a moment after the controller committed them.
+        found = describe(kafka_cluster.bootstrap_servers, topic)
+        return found if len(found) == 10 else {}
+
+    described = wait_for(all_ten, timeout=30, what="ten partitions described")
+    assert sorted(described) == list(range(10))
+    assert {len(d.replicas) for d in described.values()} == {3}
+
+
+def test_a_topic_kafka_refuses_to_create_is_named_not_taken_for_created(
+    kafka_cluster: KafkaCluster, topic: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "probe.yaml"
+    config.write_text(json.dumps({"kafka": {"replication_factor": 4}}))  # 3 brokers
+
+    done = once(kafka_cluster, topic, "--config", str(config), "--create-topic")
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"cannot create topic {topic}" in done.stdout + done.stderr
+    assert "InvalidReplicationFactor" in done.stdout + done.stderr
