@@ -277,6 +277,38 @@ class KafkaControllerKill(_Section):
     kind: Literal["kafka-controller-kill"]
 
 
+class KafkaUncleanElection(_Section):
+    """The canary topic's only in-sync replica lost and a stale one elected in its
+    place. inject: the topic's min.insync.replicas lowered to 1 (an operator keeping
+    writes going; Kafka's default), every broker but ``broker`` stopped (controlled),
+    ``broker`` left to acknowledge canaries alone for ``alone``, then killed, and the
+    others started again: stale, they cannot lead, and the canary partitions are
+    offline for the fault phase. heal: an unclean leader election of the canary
+    partitions (KIP-460, as ``kafka-leader-election --election-type unclean``), which
+    loses what ``broker`` acknowledged alone; ``broker`` started again (it truncates its
+    log to the new leaders'), min.insync.replicas restored."""
+
+    kind: Literal["kafka-unclean-election"]
+    broker: BrokerId = 2
+    alone: Duration = 15.0
+
+
+class KafkaReassignment(_Section):
+    """A partition reassignment in flight: every canary partition's leader replica
+    moved to a broker that holds none of it (the topic needs fewer replicas than
+    brokers: ``probe.kafka.replication_factor``), under a replication throttle that
+    keeps the copies in flight through the fault phase while canaries are written.
+    heal lifts the throttle and returns once every move is complete (the leaderships
+    move to the new replicas then)."""
+
+    kind: Literal["kafka-reassignment"]
+    # Bytes per second each broker may replicate for the moves (`--throttle`): below
+    # the canaries' own write rate, the new replicas never catch up until it is lifted.
+    throttle: int = Field(default=100, ge=1)
+    # How long the moves may take to complete once the throttle is lifted.
+    complete_timeout: Duration = 120.0
+
+
 class ShellHooks(_Section):
     """Staging: the fault is whatever `staging.inject` and `staging.heal` do."""
 
@@ -299,6 +331,8 @@ Fault = Annotated[
     | KafkaBrokersDown
     | KafkaBrokerBlackhole
     | KafkaControllerKill
+    | KafkaUncleanElection
+    | KafkaReassignment
     | ShellHooks,
     Field(discriminator="kind"),
 ]
@@ -483,6 +517,8 @@ FAULT_BROKERS: dict[str, str] = {
     "kafka-brokers-down": "apache-kafka",
     "kafka-broker-blackhole": "apache-kafka",
     "kafka-controller-kill": "apache-kafka",
+    "kafka-unclean-election": "apache-kafka",
+    "kafka-reassignment": "apache-kafka",
 }
 _BROKER_NAMES = {"embedded": "embedded broker", "apache-kafka": "Apache Kafka cluster"}
 _RESTARTS_PROBE = {"probe-restart", "producer-clock-skew"}

@@ -7,9 +7,12 @@ confluent-kafka's admin API)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import struct
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,17 +21,24 @@ from typing import Any
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
 from probe.apache_kafka.cluster import KafkaCluster, live_brokers
 from probe.embedded import free_loopback_port
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets, WrongBrokerError
+from probe.gameday.faults.kafka_admin import BROKER, TOPIC, Config
 from probe.gameday.faults.kafka_cluster import (
+    ClusterFaultError,
     KafkaControllerKillFault,
+    KafkaReassignmentFault,
     KafkaRollingRestartFault,
+    KafkaUncleanElectionFault,
     active_controller,
     lagging_partitions,
+    leader_moves,
     quorum_leader,
+    throttle_settings,
     wait_in_sync,
 )
 from probe.gameday.faults.proxy import TcpProxy
@@ -37,9 +47,11 @@ from probe.gameday.scenario import (
     KafkaBrokersDown,
     KafkaBrokerStop,
     KafkaControllerKill,
+    KafkaReassignment,
     KafkaRollingRestart,
+    KafkaUncleanElection,
 )
-from tests.apache_kafka.kafka_admin import describe, leaders
+from tests.apache_kafka.kafka_admin import admin, create_topic, describe, end_offsets, leaders
 from tests.conftest import wait_for
 
 PARTITIONS = 6
@@ -47,7 +59,9 @@ PARTITIONS = 6
 # --- What the cluster said, judged ---------------------------------------------------------
 
 
-def _partition(index: int, leader: int, isr: list[int], replicas: tuple[int, ...] = (1, 2, 3)):
+def _partition(
+    index: int, leader: int, isr: list[int], replicas: tuple[int, ...] = (1, 2, 3)
+) -> dict[str, Any]:
     return {"partition": index, "leader": leader, "replicas": list(replicas), "isr": isr}
 
 
@@ -105,6 +119,51 @@ def _state(leader: int, epoch: int) -> str:
 )
 def test_quorum_leader(states: list[str], leader: int | None) -> None:
     assert quorum_leader(states) == leader
+
+
+def _placed(partition: int, leader: int, replicas: list[int]) -> dict[str, Any]:
+    return {"partition": partition, "leader": leader, "replicas": replicas}
+
+
+@pytest.mark.parametrize(
+    ("partitions", "brokers", "moves"),
+    [
+        # The leader's replica goes to the broker without one, which leads once moved.
+        ([_placed(0, 1, [1, 2]), _placed(1, 3, [2, 3])], [1, 2, 3], {0: (3, 2), 1: (1, 2)}),
+        # The leader need not be the preferred one; the followers keep their order.
+        ([_placed(0, 3, [1, 2, 3])], [1, 2, 3, 4, 5], {0: (4, 1, 2)}),
+    ],
+)
+def test_leader_moves(
+    partitions: list[dict[str, Any]], brokers: list[int], moves: dict[int, tuple[int, ...]]
+) -> None:
+    assert leader_moves(partitions, brokers) == moves
+
+
+@pytest.mark.parametrize(
+    ("partitions", "error"),
+    [
+        ([_placed(0, 1, [1, 2, 3])], "a replica on every broker .*replication_factor"),
+        ([_placed(0, -1, [1, 2])], "partition 0 has no leader"),
+    ],
+)
+def test_leader_moves_refuses_what_cannot_move(
+    partitions: list[dict[str, Any]], error: str
+) -> None:
+    with pytest.raises(ClusterFaultError, match=error):
+        leader_moves(partitions, [1, 2, 3])
+
+
+def test_the_throttle_holds_the_current_replicas_as_leaders_and_the_new_ones_as_followers() -> None:
+    settings = throttle_settings("c", {0: [1, 2], 1: [2, 3]}, {0: (3, 2), 1: (1, 2)}, [2, 1], 100)
+    assert settings == [
+        Config(BROKER, "1", "leader.replication.throttled.rate", "100"),
+        Config(BROKER, "1", "follower.replication.throttled.rate", "100"),
+        Config(BROKER, "2", "leader.replication.throttled.rate", "100"),
+        Config(BROKER, "2", "follower.replication.throttled.rate", "100"),
+        Config(TOPIC, "c", "leader.replication.throttled.replicas", "0:1,0:2,1:2,1:3"),
+        Config(TOPIC, "c", "follower.replication.throttled.replicas", "0:3,1:1"),
+    ]
 
 
 def test_a_cluster_fault_refuses_the_embedded_broker(tmp_path: Path) -> None:
@@ -347,3 +406,149 @@ def test_controller_kill_kills_the_active_controller_and_a_new_one_is_elected(
     fault.heal()
     assert cluster.node(controller).running
     assert live_brokers(cluster_targets.bootstrap_servers) == {1, 2, 3}
+
+
+class _Writer:
+    """A thread writing one acks=all record to each of ``partitions`` every ``every``
+    seconds while it runs; ``offsets``: per partition, where they were acknowledged."""
+
+    def __init__(self, bootstrap_servers: str, topic: str, partitions: list[int], every: float):
+        self.topic, self.partitions, self.every = topic, partitions, every
+        self.offsets: dict[int, list[int]] = {p: [] for p in partitions}
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "acks": "all",
+                "message.timeout.ms": 3000,
+                "enable.idempotence": False,
+                "log_level": 0,
+            }
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._write, name="test-writer", daemon=True)
+
+    def _acknowledged(self, error: Any, message: Any) -> None:
+        if error is None:
+            self.offsets[message.partition()].append(message.offset())
+
+    def _write(self) -> None:
+        while not self._stop.is_set():
+            for partition in self.partitions:
+                self.producer.produce(
+                    self.topic, b"x" * 200, partition=partition, on_delivery=self._acknowledged
+                )
+            self.producer.poll(0)
+            self._stop.wait(self.every)
+        self.producer.flush(10)
+
+    def __enter__(self) -> _Writer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def _topic_config(bootstrap_servers: str, topic: str, name: str) -> Any:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    client = admin(bootstrap_servers)
+    return client.describe_configs([resource])[resource].result(timeout=30)[name]
+
+
+def _broker_setting(bootstrap_servers: str, broker: int, name: str) -> str | None:
+    """A broker's dynamic setting (None: not set; Kafka then does not list it)."""
+    resource = ConfigResource(ResourceType.BROKER, str(broker))
+    client = admin(bootstrap_servers)
+    entry = client.describe_configs([resource])[resource].result(timeout=30).get(name)
+    return None if entry is None else str(entry.value)
+
+
+def _offline(bootstrap_servers: str, topic: str) -> bool:
+    """Whether every partition of the topic is without a leader (False: no answer)."""
+    try:
+        return all(d.leader == -1 for d in describe(bootstrap_servers, topic).values())
+    except KafkaException:
+        return False
+
+
+def test_an_unclean_election_loses_what_the_only_in_sync_replica_acknowledged_alone(
+    cluster_targets: LocalTargets,
+) -> None:
+    cluster, topic = _cluster(cluster_targets), cluster_targets.topic
+    bootstrap = cluster_targets.bootstrap_servers
+    spec = KafkaUncleanElection(kind="kafka-unclean-election", broker=2, alone=3.0)
+    fault = build_fault(spec, cluster_targets)
+    assert isinstance(fault, KafkaUncleanElectionFault)
+
+    with _Writer(bootstrap, topic, [0], every=0.5) as writer:
+        fault.inject()
+
+    # Broker 2 acknowledged records alone (min.insync.replicas 1), and is gone; the
+    # other two come back, stale: no replica in sync is alive, the partitions go offline.
+    assert not cluster.node(2).running
+    assert fault.acknowledged_alone[0] >= 3, fault.acknowledged_alone
+    last_acknowledged = writer.offsets[0][-1]
+    wait_for(
+        lambda: _offline(_direct(cluster, 1), topic),
+        timeout=90,
+        what="brokers 1 and 3 back, every partition offline once broker 2 is fenced",
+        every=0.5,
+    )
+    fault.heal()
+
+    # A stale replica leads every partition; what broker 2 acknowledged alone is gone
+    # (it truncated its own log to the new leader's when it came back).
+    assert leaders(describe(bootstrap, topic)) <= {1, 3}
+    assert fault.vanished[0] >= fault.acknowledged_alone[0], fault.vanished
+    assert end_offsets(bootstrap, topic)[0] <= last_acknowledged
+    assert live_brokers(bootstrap) == {1, 2, 3}
+    # The topic's min.insync.replicas is the cluster's (2) again, not a setting of its own.
+    restored = _topic_config(bootstrap, topic, "min.insync.replicas")
+    assert restored.value == "2"
+    assert restored.source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    wait_in_sync(bootstrap, [topic], 60, "broker 2 back")
+    _produce(bootstrap, topic, 0)
+
+
+def test_a_reassignment_stays_in_flight_under_its_throttle_until_healed(
+    cluster_targets: LocalTargets,
+) -> None:
+    bootstrap = cluster_targets.bootstrap_servers
+    # Two replicas of three brokers: each partition has a broker to move to.
+    topic = f"moving-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, PARTITIONS, 2)
+    wait_in_sync(bootstrap, [topic], 60, "the new topic")
+    targets = dataclasses.replace(cluster_targets, topic=topic)
+    before = describe(bootstrap, topic)
+    fault = build_fault(KafkaReassignment(kind="kafka-reassignment"), targets)
+    assert isinstance(fault, KafkaReassignmentFault)
+
+    with _Writer(bootstrap, topic, list(range(PARTITIONS)), every=0.2):
+        fault.inject()
+        assert fault.in_flight == list(range(PARTITIONS))
+        assert fault.moves == {
+            p: (({1, 2, 3} - set(d.replicas)).pop(), *(r for r in d.replicas if r != d.leader))
+            for p, d in before.items()
+        }
+        time.sleep(3)  # the time a throttled copy would have needed to catch up
+        # In flight: every partition lists its new replica beside the old ones, the new
+        # one held out of the ISR by the throttle, and acks=all writes go on.
+        moving = describe(bootstrap, topic)
+        for partition, new in fault.moves.items():
+            described = moving[partition]
+            assert set(described.replicas) == {1, 2, 3}, described
+            assert new[0] not in described.isr, described
+        _produce(bootstrap, topic, 0)
+        assert _broker_setting(bootstrap, 1, "leader.replication.throttled.rate") == "100"
+        fault.heal()
+        assert fault.still_moving == list(range(PARTITIONS))
+
+    # Complete: the new replica lists, each partition led by its new replica.
+    after = describe(bootstrap, topic)
+    assert {p: d.replicas for p, d in after.items()} == fault.moves
+    assert all(d.leader == fault.moves[p][0] for p, d in after.items()), after
+    assert all(len(d.isr) == 2 for d in after.values()), after
+    # The throttle is gone, its settings too.
+    assert _broker_setting(bootstrap, 1, "leader.replication.throttled.rate") is None
+    assert not _topic_config(bootstrap, topic, "follower.replication.throttled.replicas").value

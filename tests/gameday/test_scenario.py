@@ -163,6 +163,18 @@ expect:
             "fault.broker: unknown setting",
         ),
         (
+            "name: x\nfault: {kind: kafka-unclean-election}\n",
+            "fault.kind: kafka-unclean-election acts on the Apache Kafka cluster",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-unclean-election, broker: 4}\n",
+            "fault.broker: Input should be less than or equal to 3",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-reassignment, throttle: 0}\n",
+            "fault.throttle: Input should be greater than or equal to 1",
+        ),
+        (
             "name: x\nmode: staging\nbroker: apache-kafka\nfault: {kind: hooks}\n"
             "staging: {prometheus_url: http://p, inject: {command: a}, heal: {command: b}}\n",
             "broker: a staging run uses your brokers; broker is for mode: local",
@@ -218,6 +230,13 @@ def test_the_broker_is_embedded_unless_the_scenario_says_apache_kafka(tmp_path: 
         ("{kind: kafka-brokers-down, brokers: [1]}", {"brokers": (1,)}),
         ("{kind: kafka-broker-blackhole}", {"broker": 2}),
         ("{kind: kafka-controller-kill}", {}),
+        ("{kind: kafka-unclean-election}", {"broker": 2, "alone": 15.0}),
+        ("{kind: kafka-unclean-election, broker: 3, alone: 1m}", {"broker": 3, "alone": 60.0}),
+        ("{kind: kafka-reassignment}", {"throttle": 100, "complete_timeout": 120.0}),
+        (
+            "{kind: kafka-reassignment, throttle: 5, complete_timeout: 1m}",
+            {"throttle": 5, "complete_timeout": 60.0},
+        ),
     ],
 )
 def test_the_cluster_faults_and_their_defaults(

@@ -25,7 +25,9 @@ from probe.gameday.faults.kafka_cluster import (
     KafkaBrokersDownFault,
     KafkaBrokerStopFault,
     KafkaControllerKillFault,
+    KafkaReassignmentFault,
     KafkaRollingRestartFault,
+    KafkaUncleanElectionFault,
 )
 from probe.gameday.faults.probe_restart import ProbeRestartFault
 from probe.gameday.faults.proxy import ProxyBlackholeFault, ProxyLatencyFault
@@ -49,6 +51,8 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "kafka-brokers-down": KafkaBrokersDownFault,
     "kafka-broker-blackhole": KafkaBrokerBlackholeFault,
     "kafka-controller-kill": KafkaControllerKillFault,
+    "kafka-unclean-election": KafkaUncleanElectionFault,
+    "kafka-reassignment": KafkaReassignmentFault,
 }
 
 

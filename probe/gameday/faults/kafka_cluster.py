@@ -1,5 +1,6 @@
 """Faults of the Apache Kafka cluster (``broker: apache-kafka``): brokers stopped,
-killed, restarted in turn, cut off from the probe, and the active controller killed.
+killed, restarted in turn, cut off from the probe, the active controller killed, an
+unclean leader election, and a partition reassignment in flight.
 
 The cluster is three combined broker and controller nodes (``probe.apache_kafka``),
 each advertising a proxy of its own to clients, while the brokers replicate on their
@@ -11,8 +12,10 @@ controller notices only when the broker's session times out.
 What is in sync is asked of the cluster itself, with a metadata request (aiokafka's
 admin client) through the proxies, as any client would; which node is the active
 controller is read from the nodes' own ``quorum-state`` files (see
-:func:`active_controller`). Every step a fault takes is written, timed, to
-``faults.log`` in the cluster's directory.
+:func:`active_controller`). What aiokafka's admin client lacks (config changes, an
+unclean election, reassignments) is sent by :mod:`probe.gameday.faults.kafka_admin`.
+Every step a fault takes is written, timed, to ``faults.log`` in the cluster's
+directory.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from probe.errors import ProbeError
+from probe.gameday.faults.kafka_admin import BROKER, TOPIC, ClusterAdmin, Config
 
 if TYPE_CHECKING:
     from probe.apache_kafka.cluster import KafkaCluster
@@ -35,7 +39,9 @@ if TYPE_CHECKING:
         KafkaBrokersDown,
         KafkaBrokerStop,
         KafkaControllerKill,
+        KafkaReassignment,
         KafkaRollingRestart,
+        KafkaUncleanElection,
     )
 
 CONSUMER_OFFSETS = "__consumer_offsets"
@@ -98,6 +104,63 @@ def quorum_leader(states: Iterable[str]) -> int | None:
         if leader >= 0 and (best is None or epoch > best[0]):
             best = (epoch, leader)
     return None if best is None else best[1]
+
+
+def leader_moves(
+    partitions: Iterable[Mapping[str, Any]], brokers: Iterable[int]
+) -> dict[int, tuple[int, ...]]:
+    """Each partition's new replica list: its leader's replica moved to the lowest
+    broker that holds none of it, that broker first (the preferred leader, elected
+    when the move completes: Kafka moves a leadership only off a replica being removed).
+
+    ``partitions`` is one topic's partition list of a metadata answer. A partition
+    with a replica on every broker has nowhere to move: ClusterFaultError, naming the
+    replication factor, as for one without a leader.
+
+    >>> leader_moves([{"partition": 0, "leader": 1, "replicas": [1, 2]}], [1, 2, 3])
+    {0: (3, 2)}
+    """
+    everyone = sorted(brokers)
+    moves: dict[int, tuple[int, ...]] = {}
+    for partition in sorted(partitions, key=lambda p: int(p["partition"])):
+        index, leader = int(partition["partition"]), int(partition["leader"])
+        replicas = [int(r) for r in partition["replicas"]]
+        if leader not in replicas:
+            raise ClusterFaultError(f"partition {index} has no leader to move ({leader})")
+        free = [b for b in everyone if b not in replicas]
+        if not free:
+            raise ClusterFaultError(
+                f"partition {index} has a replica on every broker ({replicas}): a move "
+                "needs a replication factor below the broker count "
+                "(probe.kafka.replication_factor)"
+            )
+        moves[index] = (free[0], *(r for r in replicas if r != leader))
+    return moves
+
+
+def throttle_settings(
+    topic: str,
+    replicas: Mapping[int, Sequence[int]],
+    moves: Mapping[int, Sequence[int]],
+    brokers: Iterable[int],
+    rate: int,
+) -> list[Config]:
+    """The replication throttle of these moves, as ``kafka-reassign-partitions
+    --throttle`` sets it: ``rate`` bytes per second on every broker, applied to the
+    moved partitions' current replicas as leaders and to their new replicas as
+    followers (an in-sync replica is never throttled)."""
+    rates = [
+        Config(BROKER, str(broker), f"{side}.replication.throttled.rate", str(rate))
+        for broker in sorted(brokers)
+        for side in ("leader", "follower")
+    ]
+    leaders = [f"{p}:{r}" for p in sorted(moves) for r in replicas[p]]
+    followers = [f"{p}:{r}" for p in sorted(moves) for r in moves[p] if r not in replicas[p]]
+    return [
+        *rates,
+        Config(TOPIC, topic, "leader.replication.throttled.replicas", ",".join(leaders)),
+        Config(TOPIC, topic, "follower.replication.throttled.replicas", ",".join(followers)),
+    ]
 
 
 # --- The cluster, asked -----------------------------------------------------------------
@@ -175,9 +238,13 @@ class _StepLog:
         began = time.monotonic()
         action()
         seconds = time.monotonic() - began
-        with self.path.open("a") as log:
-            log.write(f"{time.strftime('%H:%M:%S')} {step}: {seconds:.1f}s\n")
+        self.note(f"{step}: {seconds:.1f}s")
         return seconds
+
+    def note(self, line: str) -> None:
+        """What a step found, untimed."""
+        with self.path.open("a") as log:
+            log.write(f"{time.strftime('%H:%M:%S')} {line}\n")
 
 
 def _start_registered(cluster: KafkaCluster, node_ids: Sequence[int]) -> None:
@@ -324,3 +391,231 @@ class KafkaControllerKillFault:
             f"broker {killed}: started and registered",
             lambda: _start_registered(self.cluster, [killed]),
         )
+
+
+def _done(problems: Sequence[str], doing: str) -> None:
+    """A request's problems are the fault's failure."""
+    if problems:
+        raise ClusterFaultError(f"{doing}: {'; '.join(problems[:6])}")
+
+
+def _topic_partitions(bootstrap_servers: str, topic: str) -> list[dict[str, Any]]:
+    """The topic's partitions in a metadata answer (ClusterFaultError: not listed)."""
+    for listed in cluster_topics(bootstrap_servers):
+        if listed["topic"] == topic and listed.get("error_code", 0) == 0 and listed["partitions"]:
+            partitions: list[dict[str, Any]] = listed["partitions"]
+            return partitions
+    raise ClusterFaultError(f"topic {topic}: not in the cluster's metadata")
+
+
+MIN_INSYNC = "min.insync.replicas"
+# From the only in-sync replica's death to the stale replicas' election: the
+# controller elects outside the ISR only once the dead broker is fenced, when its
+# session times out (broker.session.timeout.ms, 9 s).
+ELECTION_TIMEOUT = 60.0
+
+
+class KafkaUncleanElectionFault:
+    """The canary topic's only in-sync replica lost, stale replicas elected in its place.
+
+    inject: the topic's ``min.insync.replicas`` lowered to 1, every broker but
+    ``broker`` stopped (controlled), ``broker`` left to acknowledge canaries alone for
+    ``alone`` seconds, then killed: the fault is in place, the only in-sync replica is
+    lost. The others are then started again in a thread of their own through the
+    fault phase (stale, they cannot lead: the canary partitions stay offline). heal:
+    once they are up, an unclean election of the canary partitions, ``broker`` started
+    again (it truncates its log to the new leaders'), ``min.insync.replicas`` restored.
+
+    ``acknowledged_alone``: records per partition written while ``broker`` was the only
+    replica in sync; ``vanished``: records per partition its log held when it was
+    killed that the new leaders' logs lack (at least: a canary written between the
+    election and the count fills one of their offsets again).
+    """
+
+    def __init__(self, spec: KafkaUncleanElection, targets: LocalTargets) -> None:
+        self.cluster = targets.kafka_cluster()
+        self.bootstrap_servers = targets.bootstrap_servers
+        self.topic = targets.topic
+        self.broker = spec.broker
+        self.alone = spec.alone
+        self.others = [node_id for node_id in sorted(self.cluster.nodes) if node_id != spec.broker]
+        self.log = _StepLog(self.cluster)
+        self.partitions: list[int] = []
+        self.acknowledged_alone: dict[int, int] = {}
+        self.vanished: dict[int, int] = {}
+        self._ends_at_kill: dict[int, int] = {}
+        # The topic's own min.insync.replicas before (None: the broker's default).
+        self._min_insync: str | None = None
+        self._stale: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def inject(self) -> None:
+        partitions = _topic_partitions(self.bootstrap_servers, self.topic)
+        self.partitions = sorted(int(p["partition"]) for p in partitions)
+        with ClusterAdmin(self.bootstrap_servers) as admin:
+            self._min_insync = admin.topic_setting(self.topic, MIN_INSYNC)
+            lower = [Config(TOPIC, self.topic, MIN_INSYNC, "1")]
+            self.log(
+                f"topic {self.topic}: {MIN_INSYNC} 1 (was {self._min_insync or 'the default'})",
+                lambda: _done(admin.set_configs(lower), f"lowering {MIN_INSYNC}"),
+            )
+        for other in self.others:
+            self.log(f"broker {other}: controlled stop", self.cluster.node(other).stop)
+        with ClusterAdmin(self.bootstrap_servers) as admin:
+            alone_from = admin.log_ends(self.topic, self.partitions)
+            self.log(
+                f"broker {self.broker}: the only replica in sync for {self.alone:g}s",
+                lambda: time.sleep(self.alone),
+            )
+            self._ends_at_kill = admin.log_ends(self.topic, self.partitions)
+        self.log(f"broker {self.broker}: kill", self.cluster.node(self.broker).kill)
+        self.acknowledged_alone = {
+            p: end - alone_from.get(p, end) for p, end in self._ends_at_kill.items()
+        }
+        self.log.note(
+            f"broker {self.broker} acknowledged {sum(self.acknowledged_alone.values())} "
+            f"records alone {self.acknowledged_alone}"
+        )
+        self._stale = threading.Thread(target=self._start_stale, name="gameday-stale", daemon=True)
+        self._stale.start()
+
+    def _start_stale(self) -> None:
+        try:
+            self.log(
+                f"brokers {self.others}: started and registered (stale)",
+                lambda: _start_some(self.cluster, self.others),
+            )
+        except BaseException as error:  # handed to heal(), on the runner's thread
+            self._error = error
+
+    def heal(self) -> None:
+        if self._stale is not None:
+            self._stale.join(2 * REGISTERED_TIMEOUT)
+            if self._stale.is_alive():
+                raise ClusterFaultError(f"brokers {self.others} did not start in time")
+        if self._error is not None:
+            raise ClusterFaultError(f"starting brokers {self.others}: {self._error}")
+        with ClusterAdmin(self.bootstrap_servers) as admin:
+            self.log(
+                f"unclean election: partitions {self.partitions} led by brokers {self.others}",
+                lambda: self._elect(admin),
+            )
+            ends = admin.log_ends(self.topic, self.partitions)
+        self.vanished = {p: max(0, end - ends.get(p, end)) for p, end in self._ends_at_kill.items()}
+        self.log.note(
+            f"the new leaders' logs lack {sum(self.vanished.values())} records of broker "
+            f"{self.broker}'s {self.vanished}"
+        )
+        self.log(
+            f"broker {self.broker}: started and registered",
+            lambda: _start_registered(self.cluster, [self.broker]),
+        )
+        restore = [Config(TOPIC, self.topic, MIN_INSYNC, self._min_insync)]
+        with ClusterAdmin(self.bootstrap_servers) as admin:
+            self.log(
+                f"topic {self.topic}: {MIN_INSYNC} {self._min_insync or 'back to the default'}",
+                lambda: _done(admin.set_configs(restore), f"restoring {MIN_INSYNC}"),
+            )
+
+    def _elect(self, admin: ClusterAdmin) -> None:
+        """Until a stale replica leads every canary partition. The controller answers
+        ELECTION_NOT_NEEDED while the dead broker's session lasts (it still counts as
+        the leader), so the election is asked again until the leaders have changed."""
+        deadline = time.monotonic() + ELECTION_TIMEOUT
+        while True:
+            problems = admin.elect_unclean(self.topic, self.partitions)
+            listed = _topic_partitions(self.bootstrap_servers, self.topic)
+            leaders = {int(p["partition"]): int(p["leader"]) for p in listed}
+            if all(leaders.get(p) in self.others for p in self.partitions):
+                return
+            if time.monotonic() > deadline:
+                raise ClusterFaultError(
+                    f"unclean election: leaders {leaders} after {ELECTION_TIMEOUT:g}s"
+                    + (f" ({'; '.join(problems[:3])})" if problems else "")
+                )
+            time.sleep(0.5)
+
+
+def _start_some(cluster: KafkaCluster, node_ids: Sequence[int]) -> None:
+    """Start these nodes together and return once as many brokers are registered as
+    are running (the others stay down)."""
+    cluster.start_nodes(*node_ids)
+    running = sum(1 for node in cluster.nodes.values() if node.running)
+    cluster.wait_ready(brokers=running, timeout=REGISTERED_TIMEOUT)
+
+
+class KafkaReassignmentFault:
+    """A partition reassignment in flight: every canary partition's leader replica
+    moved to a broker that holds none of it (:func:`leader_moves`), under a
+    replication throttle of ``throttle`` bytes per second (:func:`throttle_settings`)
+    that holds the new replicas behind while canaries keep being written. heal lifts
+    the throttle, waits until every move is complete (the leaderships move to the new
+    replicas then) and clears the throttled replica lists, as
+    ``kafka-reassign-partitions --verify`` does.
+
+    ``moves``: partition to its new replica list; ``in_flight`` and ``still_moving``:
+    the partitions the controller listed as being reassigned once inject had started
+    them, and when heal began (a new replica that caught up between two canaries
+    joined the ISR and completed its move early).
+    """
+
+    def __init__(self, spec: KafkaReassignment, targets: LocalTargets) -> None:
+        self.cluster = targets.kafka_cluster()
+        self.bootstrap_servers = targets.bootstrap_servers
+        self.topic = targets.topic
+        self.throttle = spec.throttle
+        self.complete_timeout = spec.complete_timeout
+        self.log = _StepLog(self.cluster)
+        self.moves: dict[int, tuple[int, ...]] = {}
+        self.in_flight: list[int] = []
+        self.still_moving: list[int] = []
+        self._settings: list[Config] = []
+
+    def inject(self) -> None:
+        partitions = _topic_partitions(self.bootstrap_servers, self.topic)
+        replicas = {int(p["partition"]): [int(r) for r in p["replicas"]] for p in partitions}
+        self.moves = leader_moves(partitions, self.cluster.nodes)
+        self._settings = throttle_settings(
+            self.topic, replicas, self.moves, self.cluster.nodes, self.throttle
+        )
+        with ClusterAdmin(self.bootstrap_servers) as admin:
+            self.log(
+                f"replication throttled to {self.throttle} B/s",
+                lambda: _done(admin.set_configs(self._settings), "throttling"),
+            )
+            self.log(
+                f"reassigning {self.moves}",
+                lambda: _done(admin.reassign(self.topic, self.moves), "reassigning"),
+            )
+            self.in_flight = sorted(admin.reassignments(self.topic, self.moves))
+        self.log.note(f"partitions {self.in_flight} being reassigned")
+
+    def heal(self) -> None:
+        rates = [c for c in self._settings if c.resource_type == BROKER]
+        lists = [c for c in self._settings if c.resource_type == TOPIC]
+        with ClusterAdmin(self.bootstrap_servers) as admin:
+            self.still_moving = sorted(admin.reassignments(self.topic, self.moves))
+            self.log.note(f"partitions {self.still_moving} still being reassigned")
+            self.log(
+                "replication throttle lifted",
+                lambda: _done(admin.set_configs(_deleted(rates)), "lifting the throttle"),
+            )
+            self.log("every move complete", lambda: self._until_complete(admin))
+            self.log(
+                "throttled replicas cleared",
+                lambda: _done(admin.set_configs(_deleted(lists)), "clearing the throttle"),
+            )
+
+    def _until_complete(self, admin: ClusterAdmin) -> None:
+        deadline = time.monotonic() + self.complete_timeout
+        while moving := admin.reassignments(self.topic, self.moves):
+            if time.monotonic() > deadline:
+                raise ClusterFaultError(
+                    f"reassignment: partitions {sorted(moving)} still moving after "
+                    f"{self.complete_timeout:g}s"
+                )
+            time.sleep(0.25)
+
+
+def _deleted(settings: Iterable[Config]) -> list[Config]:
+    return [Config(c.resource_type, c.resource, c.name, None) for c in settings]
