@@ -213,13 +213,35 @@ def _broker_problem(entry: str) -> str | None:
     return None
 
 
+_TOPIC_CHARACTERS = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def _kafka_topic(name: str) -> str:
+    """A name Kafka would accept for a topic (its own rule: 1 to 249 of
+    ``[a-zA-Z0-9._-]``, neither ``.`` nor ``..``), checked before any broker is asked:
+    some brokers (the embedded one) accept more, and a probe that passed there would
+    fail at the first real cluster."""
+    if name in (".", ".."):
+        raise ValueError(f"{name!r} is not a topic name Kafka accepts")
+    if not _TOPIC_CHARACTERS.fullmatch(name):
+        bad = sorted({c for c in name if not _TOPIC_CHARACTERS.fullmatch(c)})
+        raise ValueError(
+            f"{name!r} has characters Kafka refuses in a topic name ({' '.join(map(repr, bad))});"
+            " use letters, digits, '.', '_' and '-'"
+        )
+    return name
+
+
+KafkaTopic = Annotated[str, Field(min_length=1, max_length=249), AfterValidator(_kafka_topic)]
+
+
 class KafkaConfig(_Section):
     """Where canaries go and how they are read back."""
 
     # None means none given: `once` then needs once.embedded, `run` refuses to start.
     # A blank or malformed list is an error, never "none given".
     bootstrap_servers: Annotated[str | None, AfterValidator(_broker_list)] = None
-    topic: str = Field(default="synthetic-sla", min_length=1, max_length=249)
+    topic: KafkaTopic = "synthetic-sla"
     client_id: str = "synthetic-sla-probe"
     # Off by default, for a probe whose every send is bounded by its deadline:
     # aiokafka's idempotent producer retries a batch until it is written, so a canary
@@ -305,7 +327,7 @@ class MqttBridgeConfig(_Section):
     fetch wait); the probe never writes to it.
     """
 
-    topic: str = Field(min_length=1, max_length=249)
+    topic: KafkaTopic
 
 
 class TargetKind(StrEnum):

@@ -158,6 +158,30 @@ def test_blank_or_malformed_broker_lists_name_the_field(servers: str, words: str
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("field", "name", "words"),
+    [
+        ("kafka.topic", "bad/topic", "characters Kafka refuses in a topic name ('/')"),
+        ("kafka.topic", "with space", "(' ')"),
+        ("kafka.topic", "..", "not a topic name Kafka accepts"),
+        ("kafka.topic", ".", "not a topic name Kafka accepts"),
+        ("kafka.topic", "t" * 250, "at most 249 characters"),
+        ("mqtt.bridge.topic", "caf\u00e9", "characters Kafka refuses"),
+    ],
+)
+def test_a_topic_name_kafka_would_refuse_names_the_field(field: str, name: str, words: str) -> None:
+    # Checked before any broker is asked: the embedded broker takes names Kafka refuses.
+    with pytest.raises(ConfigError) as caught:
+        load(overrides={field: name})
+    assert caught.value.field == field
+    assert words in caught.value.message
+
+
+def test_topic_names_kafka_accepts() -> None:
+    name = "Sla.probe_canaries-1" + "x" * 229  # 249 characters
+    assert load(overrides={"kafka.topic": name}).kafka.topic == name
+
+
 def test_an_empty_broker_list_in_the_file_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "probe.yaml"
     path.write_text('kafka:\n  bootstrap_servers: ""\n')
