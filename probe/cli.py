@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 
@@ -547,6 +548,8 @@ def reconcile(
     try:
         config = _load(config_file, flags)
         config_module.require_for_reconcile(config)
+        if config.reconcile.every is None:
+            _require_sink_tables(config)
         if run_id is not None:
             from probe.reconcile.runner import check_run_id  # noqa: PLC0415 - Spark only here
 
@@ -586,6 +589,24 @@ def reconcile(
         _fail_config(error)
         return
     sys.exit(code)
+
+
+def _require_sink_tables(config: ProbeConfig) -> None:
+    """One run against the sink's own tables (no --table) on a local sink path that
+    does not exist: there is nothing to reconcile. Said in one line naming the
+    setting, before Spark starts and before anything is created there. (``--every``
+    waits for the tables instead, its /readyz saying so.)"""
+    path = config.sink.path
+    if config.reconcile.table is not None or path is None:
+        return
+    url = urlsplit(path)
+    local = url.path if url.scheme == "file" else path if url.scheme == "" else None
+    if local is not None and not os.path.isdir(local):
+        raise ConfigError(
+            "sink.path",
+            f"{path}: no such directory, so no sink tables to reconcile "
+            "(--sink-path: where a sink stage writes them; --table: another table)",
+        )
 
 
 @main.command()

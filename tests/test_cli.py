@@ -222,6 +222,25 @@ def test_sink_exports_traces_by_the_otel_environment(key_file: Path, tmp_path: P
     assert_config_error(result, "OTEL_EXPORTER_OTLP_PROTOCOL")
 
 
+# --- reconcile on a sink path that holds no tables ----------------------------------------
+
+
+def test_reconcile_on_a_sink_path_that_does_not_exist_says_so_in_one_line(
+    key_file: Path, tmp_path: Path
+) -> None:
+    """The sink's tables are not there: nothing to reconcile, said before Spark starts
+    (it once ended in a traceback about Spark's log file), and nothing is created."""
+    missing = tmp_path / "not-yet" / "sink"
+    result = sla_probe(
+        "reconcile", *NO_BROKER,
+        "--sink-path", str(missing), "--signing-key-file", str(key_file),
+    )  # fmt: skip
+    line = assert_config_error(result, "sink.path")
+    assert str(missing) in line
+    assert "--sink-path" in line
+    assert not missing.parent.exists()
+
+
 # --- Help and hints that say what applies -----------------------------------------------
 
 

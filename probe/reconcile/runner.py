@@ -44,7 +44,7 @@ from probe.signals import stop_on_signals
 from probe.spark.checksum import RecordFormat
 from probe.spark.reconcile import ReconcileJob, ReconcileSettings
 from probe.spark.session import sink_session, starts_own_jvm
-from probe.spark.stage import spark_output
+from probe.spark.stage import writable_spark_output
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def reconcile_session(config: ProbeConfig) -> SparkSession:
     if starts_own_jvm():
         sink = config.sink
         output = (
-            spark_output(sink.spark_log, sink.path or "")
+            writable_spark_output(sink.spark_log, sink.path or "")
             if sink.path is not None or sink.spark_log is not None
             else os.devnull
         )

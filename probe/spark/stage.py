@@ -141,16 +141,25 @@ class SinkProgress:
             self._stream.flush()
 
 
-def _check_writable(path: str, *, explicit: bool) -> None:
-    """Fail before Spark starts, naming the setting, if its log cannot be written."""
+def writable_spark_output(spark_log: str | None, sink_path: str) -> str | None:
+    """:func:`spark_output`, ready to append to before Spark starts: the sink path is
+    created for the default ``spark.log`` in it (the command writes its tables or its
+    report there anyway), a ``sink.spark_log`` given is taken as it is. A file that
+    cannot be written is a ConfigError naming its setting, never a traceback from
+    Spark's start."""
+    path = spark_output(spark_log, sink_path)
+    if path is None or path == os.devnull:
+        return path
+    explicit = spark_log is not None
     try:
-        if not explicit:  # spark.log in the sink's directory, which Spark creates anyway
+        if not explicit:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "ab"):
             pass
     except OSError as exc:
         field = "sink.spark_log" if explicit else "sink.path"
         raise ConfigError(field, f"cannot write Spark's log {path}: {exc.strerror}") from exc
+    return path
 
 
 class SparkSinkStage:
@@ -175,9 +184,7 @@ class SparkSinkStage:
         self.settings = sink_settings(config, path)
         self.spark_output: str | None = None
         if starts_own_jvm():
-            self.spark_output = spark_output(config.sink.spark_log, path)
-            if self.spark_output is not None:
-                _check_writable(self.spark_output, explicit=config.sink.spark_log is not None)
+            self.spark_output = writable_spark_output(config.sink.spark_log, path)
         elif config.sink.spark_log not in (None, "-"):
             log.warning("sink.spark_log ignored: Spark's output is spark-submit's here")
         self._config = config

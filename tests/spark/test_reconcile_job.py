@@ -4,7 +4,9 @@ like, and windows by offsets and by time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,7 +24,7 @@ from probe.reconcile.windows import WindowSpec
 from probe.spark.checksum import RecordFormat
 from probe.spark.kafka_source import TopicOffsets
 from probe.spark.reconcile import ReconcileJob, ReconcileSettings
-from tests.conftest import wait_for
+from tests.conftest import SLA_PROBE, until, wait_for
 from tests.spark.test_kafka_source import _create, _produce
 
 Row = dict[str, object]
@@ -334,3 +336,29 @@ def test_a_run_that_cannot_compare_fails_saying_why(
     table = _table(tmp_path / "t", _raw_rows({0: 1}), RAW)
     with pytest.raises(ReconcileFailed, match=f"topic '{topic}-missing' not found"):
         _job(spark, broker, f"{topic}-missing", table).run("no-topic")
+
+
+async def test_the_command_creates_a_sink_path_it_writes_to(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """`sla-probe reconcile --table T --sink-path DIR`, DIR not there yet: the command
+    writes there (Spark's log, the report table), so it creates it. It once ended in a
+    traceback instead: Spark's log file not found."""
+    await _create(broker, topic, 2)
+    _produce(broker, topic, {0: 3, 1: 2}, "r")
+    table = _table(tmp_path / "t", _raw_rows({0: 3, 1: 2}), RAW)
+    sink_path = tmp_path / "not-yet" / "sink"
+    produced = time.time()
+    await until(lambda: time.time() > produced + 1.1, within=5, what="every record settled")
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [SLA_PROBE, "reconcile", "--bootstrap-servers", broker.bootstrap_servers,
+         "--topic", topic, "--table", table, "--format", "raw", "--window-offsets", "10",
+         "--settle", "1s", "--sink-path", str(sink_path), "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert json.loads(result.stdout)["ok"] is True
+    assert (sink_path / "spark.log").stat().st_size > 0
+    assert list((sink_path / "reconciliation").rglob("*.parquet"))

@@ -17,7 +17,7 @@ import pytest
 from probe.config import ProbeConfig
 from probe.errors import ConfigError
 from probe.keys import KeyRing
-from probe.spark.stage import SinkProgress, SparkSinkStage, spark_output
+from probe.spark.stage import SinkProgress, SparkSinkStage, spark_output, writable_spark_output
 from tests.conftest import SLA_PROBE
 
 
@@ -50,6 +50,17 @@ def test_an_unwritable_spark_log_is_a_config_error_before_spark_starts(tmp_path:
     config = _config(path=str(tmp_path), spark_log=f"{tmp_path}/missing/spark.log")
     with pytest.raises(ConfigError, match=r"^sink\.spark_log: cannot write Spark's log"):
         SparkSinkStage(config, RING, [])
+
+
+def test_the_default_spark_log_creates_the_sink_path_it_lives_in(tmp_path: Path) -> None:
+    """Every command that starts Spark writes in the sink path (tables, reports): its
+    default spark.log there creates it, where a missing one was a traceback."""
+    sink_path = tmp_path / "not-yet" / "sink"
+    assert writable_spark_output(None, str(sink_path)) == str(sink_path / "spark.log")
+    assert (sink_path / "spark.log").is_file()
+    assert writable_spark_output(None, "s3a://bucket/sla-sink") == os.devnull
+    with pytest.raises(ConfigError, match=r"^sink\.spark_log: cannot write Spark's log"):
+        writable_spark_output(str(tmp_path / "elsewhere" / "spark.log"), str(sink_path))
 
 
 def test_spark_submit_keeps_spark_output_where_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
