@@ -1,11 +1,15 @@
-"""Probe cost at scale on Kafka: 100, 1,000 and 10,000 partitions on the embedded broker.
+"""Probe cost at scale on Kafka: 100, 1,000 and 10,000 partitions.
 
-Run: ``python benchmarks/bench_scale.py [--case PARTITIONS:INTERVAL ...] [--intervals K]``
+Run: ``python benchmarks/bench_scale.py [--case PARTITIONS:INTERVAL ...] [--intervals K]
+[--broker embedded|apache-kafka]``
 
 Default cases: 100 partitions every 20 s, 1,000 every 2 s and 10,000 every 20 s (the
-last two are both 500 canaries/s). Each case gets a fresh embedded broker (a broker's
+last two are both 500 canaries/s). Each case gets a fresh broker (a broker's
 metadata of earlier cases' topics would be decoded by every client at start) and
-its topic created beforehand. Two things run on it, one after the other:
+its topic created beforehand: the embedded broker (one node, replication factor 1),
+or Apache Kafka's three-node KRaft cluster of ``make kafka`` (replication factor 3,
+min ISR 2, acks=all: 30,000 replicas at 10,000 partitions, whose broker CPU is the
+three JVMs'). Two things run on it, one after the other:
 
 * the probe: ``sla-probe run`` as its own process, the real service (paced rounds,
   the consumer stage, judge, traces, metrics, HTTP server);
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -38,10 +43,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from probe.apache_kafka.cluster import KafkaCluster
 from probe.embedded import EmbeddedBroker, free_loopback_port
+from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST, grow
 
 SLA_PROBE = Path(sys.executable).with_name("sla-probe")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -58,9 +68,31 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def broker_pid(broker: EmbeddedBroker) -> int:
-    assert broker.pid is not None, "the broker runs"
-    return broker.pid
+@dataclass(frozen=True)
+class Broker:
+    """The broker of one case: where clients connect, its processes, its replication."""
+
+    bootstrap_servers: str
+    pids: tuple[int, ...]
+    replication: int
+
+
+@contextlib.contextmanager
+def fresh_broker(kind: str) -> Iterator[Broker]:
+    if kind == "embedded":
+        with EmbeddedBroker() as embedded:
+            assert embedded.pid is not None, "the broker runs"
+            yield Broker(embedded.bootstrap_servers, (embedded.pid,), 1)
+        return
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-scale-")))
+        cluster = stack.enter_context(KafkaCluster(workdir=workdir))
+        pids = [cluster.node(n).pid for n in (1, 2, 3)]
+        yield Broker(cluster.bootstrap_servers, tuple(p for p in pids if p is not None), 3)
+
+
+def broker_cpu_seconds(broker: Broker) -> float:
+    return sum(cpu_seconds(pid) for pid in broker.pids)
 
 
 def rss_mib(pid: int) -> float:
@@ -133,14 +165,20 @@ def latency_buckets(before: Samples, after: Samples) -> list[tuple[float, float]
     return [(b, at(after, b) - at(before, b)) for b in bounds]
 
 
-def create_topic(servers: str, partitions: int) -> None:
+def create_topic(broker: Broker, partitions: int) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: PLC0415
 
     async def create() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=120_000)
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=120_000
+        )
         await admin.start()
+        # Kafka's controller creates at most PARTITIONS_PER_REQUEST in one go.
+        first = min(partitions, PARTITIONS_PER_REQUEST)
         try:
-            await admin.create_topics([NewTopic(TOPIC, partitions, 1)])
+            response = await admin.create_topics([NewTopic(TOPIC, first, broker.replication)])
+            assert not any(code for _, code, *_ in response.topic_errors), response
+            await grow(admin, TOPIC, first, partitions)
         finally:
             await admin.close()
 
@@ -156,9 +194,27 @@ def wait_until(condition: object, timeout: float, what: str) -> None:
         time.sleep(2.0)
 
 
-def measure_probe(
-    broker: EmbeddedBroker, partitions: int, interval: float, k: int, series: str
-) -> dict:
+def wait_first_round(port: int, partitions: int, interval: float, log: Path) -> None:
+    def delivered() -> float:
+        try:
+            samples = scrape(port)[0]
+        except OSError:
+            return 0.0
+        return total(samples, "synthetic_sla_canaries_total", outcome="delivered")
+
+    try:
+        # A fresh cluster may still be electing leaders for a large topic.
+        wait_until(lambda: delivered() >= partitions, 3 * interval + 300, "the first round")
+    except SystemExit:
+        print(log.read_text()[-3000:])
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10)
+        except urllib.error.HTTPError as unready:
+            print("readyz:", unready.read().decode()[:500])
+        raise
+
+
+def measure_probe(broker: Broker, partitions: int, interval: float, k: int, series: str) -> dict:
     port = free_loopback_port()
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as scratch:
         config = Path(scratch) / "probe.yaml"
@@ -179,22 +235,10 @@ def measure_probe(
             [*command, "--metrics-port", str(port)], env=env, stderr=log.open("wb")
         )
         try:
-
-            def delivered() -> float:
-                try:
-                    samples = scrape(port)[0]
-                except OSError:
-                    return 0.0
-                return total(samples, "synthetic_sla_canaries_total", outcome="delivered")
-
-            try:
-                wait_until(lambda: delivered() >= partitions, 3 * interval + 60, "the first round")
-            except SystemExit:
-                print(log.read_text()[-3000:])
-                raise
+            wait_first_round(port, partitions, interval, log)
             before = scrape(port)[0]
             started = time.monotonic()
-            cpu0, broker0 = cpu_seconds(probe.pid), cpu_seconds(broker_pid(broker))
+            cpu0, broker0 = cpu_seconds(probe.pid), broker_cpu_seconds(broker)
             rss, sizes, times = [rss_mib(probe.pid)], [], []
             window = k * interval
             next_scrape = started + SCRAPE_EVERY
@@ -208,7 +252,7 @@ def measure_probe(
                 rss.append(rss_mib(probe.pid))
             wall = time.monotonic() - started
             cpu = cpu_seconds(probe.pid) - cpu0
-            broker_cpu = cpu_seconds(broker_pid(broker)) - broker0
+            broker_cpu = broker_cpu_seconds(broker) - broker0
             # Outside the window: let the last round's canaries get their fate (between
             # two paced rounds nothing is pending), or report what still is.
             settle_by = time.monotonic() + 2 * interval + 70
@@ -220,7 +264,7 @@ def measure_probe(
                 time.sleep(2.0)
         finally:
             probe.terminate()
-            probe.wait(10)
+            probe.wait(60)  # a 10,000-partition probe drains its last round first
         tail = log.read_text()[-1500:]
 
     def delta(name: str, **labels: str) -> float:
@@ -304,7 +348,7 @@ async def bare_client(servers: str, partitions: int, interval: float, seconds: f
     print(json.dumps({"latencies_ms": latencies, "sent": rounds * partitions}), flush=True)
 
 
-def measure_bare(broker: EmbeddedBroker, partitions: int, interval: float, k: int) -> dict:
+def measure_bare(broker: Broker, partitions: int, interval: float, k: int) -> dict:
     seconds = (k + 1) * interval
     command = [sys.executable, __file__, "--bare", broker.bootstrap_servers]
     bare = subprocess.Popen(
@@ -316,13 +360,13 @@ def measure_bare(broker: EmbeddedBroker, partitions: int, interval: float, k: in
     bare.stdout.readline()  # "ready": connected and positioned
     time.sleep(interval)  # the first round, as for the probe
     started = time.monotonic()
-    cpu0, broker0 = cpu_seconds(bare.pid), cpu_seconds(broker_pid(broker))
+    cpu0, broker0 = cpu_seconds(bare.pid), broker_cpu_seconds(broker)
     rss = [rss_mib(bare.pid)]
     while time.monotonic() - started < k * interval:
         time.sleep(0.5)
         rss.append(rss_mib(bare.pid))
     wall = time.monotonic() - started
-    cpu, broker_cpu = cpu_seconds(bare.pid) - cpu0, cpu_seconds(broker_pid(broker)) - broker0
+    cpu, broker_cpu = cpu_seconds(bare.pid) - cpu0, broker_cpu_seconds(broker) - broker0
     result = json.loads(bare.stdout.read().strip().splitlines()[-1])
     bare.wait(30)
     latencies = result["latencies_ms"]
@@ -368,6 +412,7 @@ def main() -> None:
     parser.add_argument("--intervals", type=int, default=3, help="whole intervals measured")
     parser.add_argument("--min-window", type=float, default=40.0, help="seconds measured at least")
     parser.add_argument("--no-bare", action="store_true", help="only the probe")
+    parser.add_argument("--broker", choices=["embedded", "apache-kafka"], default="embedded")
     parser.add_argument(
         "--partition-series", default="all", choices=("all", "stale", "none"), help="probe setting"
     )
@@ -375,21 +420,21 @@ def main() -> None:
     cases = [tuple(c.split(":")) for c in options.case or ["100:20", "1000:2", "10000:20"]]
     print(
         f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"load average {os.getloadavg()[0]:.1f}; embedded broker; probe defaults "
+        f"load average {os.getloadavg()[0]:.1f}; {options.broker} broker; probe defaults "
         f"(kafka.max_send_rate {RATE:g}/s), metrics.partition_series {options.partition_series}"
     )
     for count_text, interval_text in cases:
         partitions, interval = int(count_text), float(interval_text)
         k = max(options.intervals, int(-(-options.min_window // interval)))
-        with EmbeddedBroker() as broker:
-            create_topic(broker.bootstrap_servers, partitions)
+        with fresh_broker(options.broker) as broker:
+            create_topic(broker, partitions)
             row = measure_probe(broker, partitions, interval, k, options.partition_series)
             show(partitions, interval, row)
             if row["delivered_share"] < 1:
                 print("  not every canary delivered; the probe's log:\n" + row["log"])
         if not options.no_bare:
-            with EmbeddedBroker() as broker:
-                create_topic(broker.bootstrap_servers, partitions)
+            with fresh_broker(options.broker) as broker:
+                create_topic(broker, partitions)
                 show(partitions, interval, measure_bare(broker, partitions, interval, k))
 
 
