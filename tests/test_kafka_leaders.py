@@ -17,7 +17,7 @@ from probe.keys import generate_key_ring
 from probe.leadership import LeaderPlan, Reassignment, plan_leaders
 from probe.report import Tally
 from probe.target import TargetProbe
-from probe.transport.kafka_leaders import carry_out, growth_steps
+from probe.transport.kafka_leaders import carry_out, growth_steps, partitions_by_problem
 
 
 async def test_a_plan_the_broker_cannot_carry_out_comes_back_as_problems(
@@ -62,3 +62,15 @@ def test_a_topic_grows_a_bounded_number_of_partitions_per_request() -> None:
     assert growth_steps(3, 5_003) == [5_003]
     assert growth_steps(3, 3) == growth_steps(5, 3) == []
     assert growth_steps(0, 10, per_request=4) == [4, 8, 10]
+
+
+def test_refused_partitions_are_named_per_problem_by_count_and_the_first_few() -> None:
+    """An outage refuses thousands of partitions alike: one line per problem, whose size
+    does not grow with them."""
+    refused = [(p, "PreferredLeaderNotAvailableError") for p in range(10_000)]
+    refused += [(3, "NotControllerError"), (7, "NotControllerError")]
+    assert partitions_by_problem(refused) == [
+        "10000 partitions 0-9999: PreferredLeaderNotAvailableError",
+        "2 partitions 3,7: NotControllerError",
+    ]
+    assert partitions_by_problem([]) == []

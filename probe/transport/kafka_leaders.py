@@ -11,6 +11,7 @@ then measures the brokers it can, and the brokers that lead nothing are counted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
@@ -20,6 +21,7 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 
 from probe.leadership import LeaderPlan
+from probe.partition_summary import partitions_summary
 
 TIMEOUT_MS = 30_000
 # Apache Kafka's controller refuses an operation that writes over 10,000 records to
@@ -125,12 +127,12 @@ async def _send(admin: AIOKafkaAdminClient, request: Any, doing: str, errors: An
 def _reassign_errors(response: Any) -> list[str]:
     if response.error_code:
         return [_problem(response.error_code, response.error_message)]
-    return [
-        f"partition {partition}: {_problem(code, message)}"
+    return partitions_by_problem(
+        (partition, _problem(code, message))
         for topic_result in response.responses
         for partition, code, message, *_ in topic_result[1]
         if code
-    ]
+    )
 
 
 def _elect_errors(response: Any) -> list[str]:
@@ -142,7 +144,20 @@ def _elect_errors(response: Any) -> list[str]:
     ]
     if refused and all(_NEEDS_ALTER in problem for _, problem in refused):
         return [refused[0][1]]  # an ACL refuses every partition alike: once is enough
-    return [f"partition {partition}: {problem}" for partition, problem in refused]
+    return partitions_by_problem(refused)
+
+
+def partitions_by_problem(refused: Iterable[tuple[int, str]]) -> list[str]:
+    """One line per problem, naming its partitions by count, span and the first few:
+    an outage refuses thousands of partitions alike, and the lines are logged.
+
+    >>> partitions_by_problem([(0, "NotControllerError"), (1, "NotControllerError")])
+    ['2 partitions 0-1: NotControllerError']
+    """
+    partitions: dict[str, list[int]] = {}
+    for partition, problem in refused:
+        partitions.setdefault(problem, []).append(partition)
+    return [f"{partitions_summary(which)}: {problem}" for problem, which in partitions.items()]
 
 
 _NEEDS_ALTER = "the probe's principal needs Alter on the cluster"
