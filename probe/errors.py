@@ -9,6 +9,7 @@ rest of the probe handles a small, documented set::
     ├── TransportError       the broker could not be reached or refused an operation
     │   └── ProduceFailed    one canary was not acknowledged, with the reason
     ├── StageFailed          a stage could not start (the Spark sink's JVM, say)
+    │   └── StoppedMidBatch  a sink batch cut short by the sink's own stop
     └── ReconcileFailed      a reconciliation run could not compare (broker, Spark)
 """
 
@@ -91,6 +92,12 @@ class ProduceFailed(TransportError):
 
 class StageFailed(ProbeError):
     """A stage could not start, e.g. the Spark sink without a Java runtime."""
+
+
+class StoppedMidBatch(StageFailed):
+    """A sink batch failed because the sink was stopping: its Spark job was cancelled
+    or its thread interrupted by the stop. Nothing of it was committed; the next start
+    replays it from the checkpoint. Raised to Spark only, which takes it for the stop."""
 
 
 class ReconcileFailed(ProbeError):

@@ -55,9 +55,15 @@ def configure(level: str) -> None:
     root.setLevel(level.upper())
     # Client libraries log every reconnect attempt at ERROR; the probe reports an
     # outage once, as a readiness change, so their lines only help when debugging.
-    # py4j (the sink's bridge to Spark's JVM) logs each connection it opens and closes;
-    # a JVM that is gone is reported by the sink stage itself.
-    for noisy in ("aiokafka", "kafka", "py4j"):
+    for noisy in ("aiokafka", "kafka"):
         logging.getLogger(noisy).setLevel(
             root.level if root.level <= logging.DEBUG else logging.CRITICAL
         )
+    # py4j (the sink's bridge to Spark's JVM) logs each connection it opens and closes,
+    # and each broken one, at info (a JVM that is gone is reported by the sink stage
+    # itself); its warnings and errors, such as a batch function that raised, stay.
+    # The one failure the sink's own stop causes is filtered where it is raised
+    # (probe.spark.sink). Its debug lines are every command: never.
+    logging.getLogger("py4j").setLevel(
+        logging.INFO if root.level <= logging.DEBUG else max(root.level, logging.WARNING)
+    )

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkRuntimeError
@@ -115,7 +116,7 @@ def sink_session(
             DRIVER_STACK,
         )
     # SparkContext._gateway is pyspark's one JVM per process: a later session reuses it.
-    if spark_output is not None and starts_own_jvm() and SparkContext._gateway is None:
+    if starts_own_jvm() and SparkContext._gateway is None:
         _start_context(settings, spark_output)
     builder = SparkSession.builder
     for name, value in settings.items():
@@ -133,25 +134,43 @@ def _submitted_conf() -> dict[str, str]:
     return dict(SparkConf().getAll())
 
 
-def _start_context(settings: dict[str, str], spark_output: str) -> None:
-    """Launch Spark's JVM with its stdout and stderr on ``spark_output``, and a context
-    on it. The JVM writes to its file descriptors from its first line on (before any
-    log level can be set), and Spark's Python workers print to the JVM's stderr: the
-    JVM's own descriptors are the one place all of it passes."""
+def _start_context(settings: dict[str, str], spark_output: str | None) -> None:
+    """Launch Spark's JVM, with its stdout and stderr on ``spark_output`` (None: this
+    process's), and a context on it.
+
+    The JVM writes to its file descriptors from its first line on (before any log
+    level can be set), and Spark's Python workers print to the JVM's stderr: the JVM's
+    own descriptors are the one place all of it passes.
+
+    The JVM runs in a session of its own, so a signal to this process's group (Ctrl-C
+    in a terminal, `timeout`, a supervisor that signals the whole group) reaches the
+    probe alone: the probe stops its query, then its session, and only then may the
+    JVM go. A JVM signalled with it ran its shutdown hooks under a running query,
+    which failed (an INTERNAL_ERROR in Spark's log) while the probe's calls into it
+    broke. It still ends with this process, however that ends: pyspark's JVM exits
+    when its stdin, a pipe from this process, closes.
+    """
     conf = SparkConf().setAll(list(settings.items()))
-    with open(spark_output, "ab") as output:  # the JVM keeps its own copy of the descriptor
+    with contextlib.ExitStack() as files:
+        popen: dict[str, Any] = {"start_new_session": True}
+        if spark_output is not None:
+            # The JVM keeps its own copy of the descriptor.
+            output = files.enter_context(open(spark_output, "ab"))
+            popen.update(stdout=output, stderr=subprocess.STDOUT)
         try:
-            gateway = launch_gateway(  # type: ignore[no-untyped-call]
-                conf, popen_kwargs={"stdout": output, "stderr": subprocess.STDOUT}
-            )
+            gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
         except PySparkRuntimeError as exc:
-            why = (
-                f"{spark_output} ends with: {_tail(spark_output)}"
-                if spark_output != os.devnull
-                else "its output was discarded: set sink.spark_log (--spark-log) to see why"
-            )
-            raise StageFailed(f"Spark's JVM did not start; {why}") from exc
+            raise StageFailed(f"Spark's JVM did not start; {_why_not(spark_output)}") from exc
     SparkContext(conf=conf, gateway=gateway)
+
+
+def _why_not(spark_output: str | None) -> str:
+    """Where to read why Spark's JVM did not start."""
+    if spark_output is None:
+        return "its output is on stderr"
+    if spark_output == os.devnull:
+        return "its output was discarded: set sink.spark_log (--spark-log) to see why"
+    return f"{spark_output} ends with: {_tail(spark_output)}"
 
 
 def _tail(path: str) -> str:

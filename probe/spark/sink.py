@@ -42,13 +42,14 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from probe import tracing
 from probe.config import StageName
-from probe.errors import RejectReason
+from probe.errors import RejectReason, StoppedMidBatch
 from probe.judge import Fate, Finding, StreamKey
 from probe.keys import KeyRing
 from probe.partition_summary import offsets_summary
@@ -73,6 +74,72 @@ _CANARY_INTEGERS = ("partition", "incarnation", "seq", "produced_ns")
 
 # In the checkpoint: the source's offsets when the query first started (pin_start).
 START_FILE = "sla_kafka_start.json"
+# How long a stop lets a batch under way finish before it interrupts it (SinkJob.stop):
+# with Spark's own stop after it, within the 10 s a container runtime gives by default.
+STOP_BATCH_GRACE = 5.0
+STOP_POLL = 0.02
+
+
+# Causes of a JVM error named in its headline (jvm_headline).
+_CAUSES_SHOWN = 8
+
+
+def jvm_headline(error: Py4JJavaError) -> str:
+    """A JVM error as py4j words it, and each of its causes in a line, without the
+    stack traces::
+
+        py4j.protocol.Py4JJavaError: An error occurred while calling o375.getResult.
+        : org.apache.spark.SparkException: Exception thrown in awaitResult:
+        Caused by: java.lang.InterruptedException
+
+    It is what Spark reads to tell a batch its stop interrupted (and so a clean stop)
+    from a failed one, in the text of the error a ``foreachBatch`` function raised
+    (StreamExecution.isInterruptionException); over whole stack traces, its regular
+    expression can overflow the thread's stack instead (SPARK-48717).
+    """
+    causes: list[str] = []
+    try:
+        cause = error.java_exception
+        while cause is not None and len(causes) < _CAUSES_SHOWN:
+            causes.append(str(cause.toString()))
+            cause = cause.getCause()
+    except Exception:  # a JVM that went meanwhile
+        causes.append("(the rest went with the JVM)")
+    first = f"{type(error).__module__}.{type(error).__qualname__}: {error.errmsg}: {causes[0]}"
+    return "\n".join([first, *(f"Caused by: {cause}" for cause in causes[1:])])
+
+
+def pending_interrupt(spark: SparkSession) -> Py4JJavaError | None:
+    """The interrupt pending on the JVM thread this Python thread's calls run on (as
+    pyspark pins them: in ``foreachBatch``, the query's own thread), raised there and
+    cleared; None if there is none. ``Thread.sleep(0)`` throws the pending interrupt
+    before anything else."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:  # the context is gone
+        return None
+    try:
+        jvm.java.lang.Thread.sleep(0)
+    except Py4JJavaError as interrupt:
+        return interrupt
+    return None
+
+
+class _StopInterruptions(logging.Filter):
+    """Drops py4j's report of a batch the stop itself interrupted, and nothing else.
+
+    py4j logs, with its traceback, any exception a Python callback raises (here the
+    ``foreachBatch`` function); Spark takes that failure, under a stop, for the stop it
+    is. Every other callback failure is a real one and stays in the log.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], StoppedMidBatch))
+
+
+# pyspark's gateway calls back into Python through py4j's client-server mode
+# (clientserver), or through its callback server when thread pinning is off (java_gateway).
+for _py4j_logger in ("py4j.clientserver", "py4j.java_gateway"):
+    logging.getLogger(_py4j_logger).addFilter(_StopInterruptions())
 
 
 @dataclass
@@ -170,6 +237,8 @@ class SinkJob:
         self._flowing.set()
         self.batches_committed = 0
         self._committed = threading.Condition()
+        # Set from stop() until the next start: a batch failing meanwhile is its doing.
+        self._stopping = False
 
     @property
     def tasks_per_batch(self) -> int:
@@ -258,6 +327,7 @@ class SinkJob:
         )
 
     def start(self, query_name: str = "synthetic_sla_sink") -> StreamingQuery:
+        self._stopping = False
         if self.health is not None and self._listener is None:
             self._listener = HealthListener(self.health, query_name)
             self.spark.streams.addListener(self._listener)
@@ -272,22 +342,53 @@ class SinkJob:
         return self.query
 
     def commit_batch(self, batch: DataFrame, batch_id: int) -> None:
-        """Write the batch's tables, then count its findings. Idempotent per batch id."""
-        self._flowing.wait()
-        rows = exact_frame(batch)
-        if not rows.empty:
-            commit_ns = self._clock_ns()
-            rows = at_commit(rows, commit_ns, int(self.settings.freshness_s * 1e9))
-            write_batch(self.settings.path, rows, batch_id, commit_ns)
-            self._count(rows, commit_ns)
+        """Write the batch's tables, then count its findings. Idempotent per batch id.
+
+        The batch's Spark job (the source's read, the judge) runs here, in
+        ``exact_frame``.
+        """
+        try:
+            self._flowing.wait()
+            rows = exact_frame(batch)
+            if not rows.empty:
+                commit_ns = self._clock_ns()
+                rows = at_commit(rows, commit_ns, int(self.settings.freshness_s * 1e9))
+                write_batch(self.settings.path, rows, batch_id, commit_ns)
+                self._count(rows, commit_ns)
+        except Py4JJavaError as exc:
+            if not self._stopping:
+                raise
+            # Spark's stop cancels the batch's job, then interrupts the query's thread;
+            # the job's error may tell only of the cancelling, and Spark reads the error
+            # for the interrupt to take it for the stop. The thread's pending interrupt
+            # says it. Short, without stack traces (from None): see jvm_headline.
+            interrupt = pending_interrupt(self.spark) or exc
+            raise StoppedMidBatch(
+                f"batch {batch_id} stopped with the query: {jvm_headline(interrupt)}"
+            ) from None
         with self._committed:
             self.batches_committed += 1
             self._committed.notify_all()
 
-    def stop(self) -> None:
-        """Stop the query; a held batch is released first so the stop is between batches."""
+    def stop(self, batch_grace: float = STOP_BATCH_GRACE) -> None:
+        """Stop the query between batches; returns once it has ended.
+
+        A held batch is released, and a trigger under way (a batch planned, run in
+        :meth:`commit_batch`, then committed to the checkpoint) is given
+        ``batch_grace`` seconds to end: stopped after it, the batch needs no replay.
+        Past that, or for a batch that starts as the stop is made (batches that run
+        back to back), Spark interrupts the batch's job: the batch fails with
+        :class:`StoppedMidBatch`, which Spark takes for the stop, and is replayed from
+        the checkpoint at the next start. Spark's stop waits for the query's thread to
+        end, so nothing of the query runs on when this returns, and the session may be
+        stopped next.
+        """
+        self._stopping = True
         self.resume()
         if self.query is not None:
+            deadline = time.monotonic() + batch_grace
+            while self.query.status["isTriggerActive"] and time.monotonic() < deadline:
+                time.sleep(STOP_POLL)
             self.query.stop()
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)

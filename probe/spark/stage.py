@@ -16,6 +16,7 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
 from probe.stage import Recorder
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from probe.target import TargetProbe
 
 log = logging.getLogger(__name__)
@@ -206,6 +209,14 @@ class SparkSinkStage:
         if metrics is not None:
             metrics.declare_stage(config.target, StageName.SINK, self.freshness)
         self.job: SinkJob | None = None
+        # The session Spark was started in, and whether this stage started it (then it
+        # stops it too; a session it was handed, such as a test's, is left running).
+        self._session: SparkSession | None = None
+        self._owns_session = False
+        # Starting (or restarting) and stopping run in worker threads: a stop waits for
+        # a start under way, then stops what it started, and no start follows a stop.
+        self._lifecycle = threading.Lock()
+        self._stopped = False
         # Readiness: the first batch since the query (re)started committed.
         self.ready = False
         # Set while a restart waits for its delay, and once the strategy gave up.
@@ -222,7 +233,7 @@ class SparkSinkStage:
         """Start Spark and the query, its source pinned at its starting offsets (the
         first start's ``starting_offsets``, kept in the checkpoint): canaries produced
         from now on are read. The query's first batch comes later (:meth:`first_batch`)."""
-        self.job = await asyncio.to_thread(self._start_blocking)
+        await asyncio.to_thread(self._start_blocking)
         self._up(True)
         log.info(
             "sink query started: tables under %s, Spark's own output %s",
@@ -339,18 +350,21 @@ class SparkSinkStage:
         log.info("sink query restarted from its checkpoint")
 
     def _restart_blocking(self) -> None:
-        assert self.job is not None
-        job = self.job
-        with contextlib.suppress(*JVM_GONE):  # a dead query or JVM: nothing to stop
-            job.stop()
-        if not self._jvm_alive(job):
-            # Local mode: the JVM was this process's child. A new one, a new job.
-            from probe.spark.session import forget_session  # noqa: PLC0415
+        with self._lifecycle:
+            self._refuse_after_stop()
+            assert self.job is not None
+            job = self.job
+            with contextlib.suppress(*JVM_GONE):  # a dead query or JVM: nothing to stop
+                job.stop()
+            if not self._jvm_alive(job):
+                # Local mode: the JVM was this process's child. A new one, a new job.
+                from probe.spark.session import forget_session  # noqa: PLC0415
 
-            forget_session()
-            self.job = self._start_blocking()
-            return
-        job.start()
+                forget_session()
+                self._session = None
+                self._launch()
+                return
+            job.start()
 
     @staticmethod
     def _jvm_alive(job: SinkJob) -> bool:
@@ -364,16 +378,32 @@ class SparkSinkStage:
         if self.health is not None:
             self.health.metrics.up(running)
 
-    def _start_blocking(self) -> SinkJob:
-        from probe.spark.session import sink_session  # noqa: PLC0415 - Spark starts here
+    def _start_blocking(self) -> None:
+        with self._lifecycle:
+            self._refuse_after_stop()
+            self._launch()
 
-        spark = sink_session(
-            self._config.sink.master,
-            spark_output=self.spark_output,
-            spark_conf=self._config.sink.spark_conf,
-        )
+    def _refuse_after_stop(self) -> None:
+        if self._stopped:
+            raise StageFailed("the sink stage is stopping")
+
+    def _launch(self) -> None:
+        """Spark's session (this stage's own unless one runs already) and the query.
+        ``self.job`` is the started job: a start that fails leaves none."""
+        from pyspark import SparkContext  # noqa: PLC0415 - Spark starts here
+
+        from probe.spark.session import sink_session  # noqa: PLC0415
+
+        if self._session is None:
+            owns = SparkContext._active_spark_context is None
+            self._session = sink_session(
+                self._config.sink.master,
+                spark_output=self.spark_output,
+                spark_conf=self._config.sink.spark_conf,
+            )
+            self._owns_session = owns
         job = SinkJob(
-            spark,
+            self._session,
             self.settings,
             self._keyring,
             recorders=self._recorders,
@@ -382,7 +412,7 @@ class SparkSinkStage:
             clock_ns=self._clock_ns,
         )
         job.start()
-        return job
+        self.job = job
 
     async def attach(
         self,
@@ -510,11 +540,24 @@ class SparkSinkStage:
         return True, "sink query running"
 
     async def stop(self) -> None:
+        """Stop the query, wait for it to end, then stop the Spark session this stage
+        started. In that order: a session stopped under a running query fails it (an
+        INTERNAL_ERROR in Spark's log), and a process that exits with its query still
+        running lets the JVM's shutdown do the same. A start under way is waited for
+        and stopped in turn; no start or restart follows."""
         self._up(False)
-        if self.job is not None:
-            try:
-                await asyncio.to_thread(self.job.stop)
-            except JVM_GONE as exc:  # nothing left to stop
-                log.warning("sink stop: Spark's JVM is gone (%s)", type(exc).__name__)
+        try:
+            await asyncio.to_thread(self._stop_blocking)
+        except JVM_GONE as exc:  # nothing left to stop
+            log.warning("sink stop: Spark's JVM is gone (%s)", type(exc).__name__)
         if self._temp is not None:
             self._temp.cleanup()
+
+    def _stop_blocking(self) -> None:
+        with self._lifecycle:
+            self._stopped = True
+            if self.job is not None:
+                self.job.stop()
+            if self._session is not None and self._owns_session:
+                self._session.stop()
+                self._session = None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from prometheus_client import CollectorRegistry, generate_latest
 from pyspark.sql import Row, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from probe import tracing
 from probe.canary import Canary, encode
@@ -256,6 +258,68 @@ async def test_restart_from_checkpoint_judges_each_canary_once(
     verdicts = spark.read.parquet(str(path / "verdicts")).filter("kind = 'fate'").collect()
     judged = sorted((r.partition, r.seq, r.outcome) for r in verdicts)
     assert judged == [(partition, seq, "delivered") for partition in range(3) for seq in range(3)]
+
+
+async def test_a_batch_cut_short_by_the_stop_is_taken_for_the_stop_and_replayed(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stop whose grace runs out interrupts the batch under way: the batch fails
+    with StoppedMidBatch, which Spark takes for the stop (the query ends without an
+    exception, py4j logs nothing), and the next start replays it from the checkpoint:
+    every canary judged once."""
+    path = tmp_path / "sink"
+    checkpoint = path / "_checkpoint"
+    async with pipeline(spark, broker, topic, path) as p:
+        await p.probe.produce_round()
+        await until(lambda: p.sink_fates() >= 3, within=120, what="first round in the sink")
+        query = p.job.query
+        assert query is not None
+        p.job.hold()
+        await p.probe.produce_round()
+        consumer = p.tally.stages[StageName.CONSUMER].outcomes
+        await until(
+            lambda: consumer[Outcome.DELIVERED.value] >= 6, within=30, what="round 2 in Kafka"
+        )
+        # A trigger stays active only while its batch is held: it read round 2.
+        await until(_active_for(query, 3.0), within=60, what="a batch held while it runs")
+        with caplog.at_level(logging.WARNING, logger="py4j"):
+            await asyncio.to_thread(p.job.stop, 0.0)  # no grace: released, then stopped
+        assert query.exception() is None  # Spark took the failed batch for the stop
+        assert not [r for r in caplog.records if r.name.startswith("py4j")]
+        assert _last_batch(checkpoint / "offsets") > _last_batch(checkpoint / "commits")
+        restarted = SinkJob(spark, p.settings, p.keyring, recorders=[p.tally])
+        await asyncio.to_thread(restarted.start)
+        try:
+            await until(lambda: p.sink_fates() >= 6, within=FIRST_BATCH_TIMEOUT, what="6 fates")
+        finally:
+            await asyncio.to_thread(restarted.stop)
+    verdicts = spark.read.parquet(str(path / "verdicts")).filter("kind = 'fate'").collect()
+    judged = sorted((r.partition, r.seq, r.outcome) for r in verdicts)
+    assert judged == [(partition, seq, "delivered") for partition in range(3) for seq in range(2)]
+
+
+def _active_for(query: StreamingQuery, seconds: float) -> Callable[[], bool]:
+    """A condition: the query's trigger has been active for ``seconds`` on end (as
+    polled: Spark says whether one is active, not since when)."""
+    since: list[float] = []
+
+    def active() -> bool:
+        if not query.status["isTriggerActive"]:
+            since.clear()
+            return False
+        since[:] = since or [time.monotonic()]
+        return time.monotonic() - since[0] > seconds
+
+    return active
+
+
+def _last_batch(log: Path) -> int:
+    """The last batch id of a checkpoint's offsets/ or commits/ log."""
+    return max(int(entry.name) for entry in log.iterdir() if entry.name.isdigit())
 
 
 async def test_a_stalled_sink_shows_in_skew_and_staleness_not_in_the_consumer(

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from pyspark.sql import SparkSession
 
@@ -20,7 +21,16 @@ from probe.config import load
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.keys import generate_key_ring
 from probe.spark.standalone import serve_sink
-from tests.conftest import RunningProbe, http_status, run_args, sample, scrape, until, wait_for
+from tests.conftest import (
+    SLA_PROBE,
+    RunningProbe,
+    http_status,
+    run_args,
+    sample,
+    scrape,
+    until,
+    wait_for,
+)
 
 SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
 # Spark's start-up, the query's positioning batch and the Python workers' start.
@@ -233,3 +243,105 @@ async def test_the_standalone_sink_ends_when_its_query_does(
     assert ended is not None
     assert (ended.reason, ended.detail) == ("stopped", "sink query stopped")
     assert http_status(port, "/healthz") == 0  # its server is closed
+
+
+# --- A clean stop: no traceback, no py4j error, no INTERNAL_ERROR in Spark's log ------
+
+# What a stop that broke something leaves in the probe's log or in Spark's.
+UNCLEAN = (
+    "Traceback",
+    "py4j",
+    "Py4J",
+    "Answer from Java side is empty",
+    "JVM is gone",
+    "INTERNAL_ERROR",
+    '"level": "error"',
+)
+SPARK_UNCLEAN = ("INTERNAL_ERROR", "Exception", " ERROR ")
+
+
+def _assert_clean(probe_log: Path, spark_log: Path) -> None:
+    probe_text, spark_text = probe_log.read_text(), spark_log.read_text()
+    found = [mark for mark in UNCLEAN if mark in probe_text]
+    assert not found, f"{found} in the probe's log:\n{probe_text[-3000:]}"
+    found = [mark for mark in SPARK_UNCLEAN if mark in spark_text]
+    assert not found, f"{found} in Spark's log:\n{spark_text[-3000:]}"
+
+
+def _seconds_since_last_batch(port: int) -> float:
+    return sample(scrape(port), "synthetic_sla_spark_seconds_since_last_batch")
+
+
+def test_run_stopped_during_a_sink_batch_ends_cleanly(
+    broker: EmbeddedBroker,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while a batch runs: the batch is let finish, the query stopped, then the
+    session; exit 0 as documented, and neither log says anything broke. A batch is
+    caught running by holding it (SIGUSR1) before it writes: with canaries every
+    second and a 2 s trigger, a batch that makes no progress is one held mid-way."""
+    sink_path = tmp_path / "sink"
+    running = start_probe(
+        *run_args(broker.bootstrap_servers, topic, key_file),
+        "--stages", "consumer,sink", "--sink-path", str(sink_path),
+    )  # fmt: skip
+    wait_for(
+        lambda: running.process.poll() is not None or _sink_delivered(running.port) >= 3,
+        timeout=SINK_UP,
+        what="canaries delivered in the sink stage",
+    )
+    assert running.process.poll() is None, running.log.read_text()[-3000:]
+    running.process.send_signal(signal.SIGUSR1)
+    wait_for(
+        lambda: _seconds_since_last_batch(running.port) > 8,
+        timeout=60,
+        what="a sink batch held while it runs",
+    )
+    assert running.stop(timeout=60) < 15
+    assert running.process.returncode == 0, running.log.read_text()[-3000:]
+    _assert_clean(running.log, sink_path / "spark.log")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_sink_signalled_with_its_process_group_ends_cleanly(
+    signum: signal.Signals,
+    broker: EmbeddedBroker,
+    topic: str,
+    *,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+    tmp_path: Path,
+) -> None:
+    """`sla-probe sink` in local mode signalled with its whole process group: Ctrl-C
+    at a terminal, `timeout`, a supervisor that signals the group. Spark's JVM, once
+    signalled with it, stopped under the running query (INTERNAL_ERROR in Spark's log,
+    py4j errors in the probe's). The probe alone stops the query, then Spark: exit 0
+    as documented, clean logs."""
+    producer = start_probe(*run_args(broker.bootstrap_servers, topic, key_file))
+    wait_for(lambda: producer.canaries("delivered") >= 1, timeout=30, what="canaries produced")
+    port = free_loopback_port()
+    sink_path = tmp_path / "sink"
+    log = tmp_path / "sink.log"
+    sink = subprocess.Popen(
+        [SLA_PROBE, "sink", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic,
+         "--sink-path", str(sink_path), "--signing-key-file", str(key_file),
+         "--metrics-host", "127.0.0.1", "--metrics-port", str(port)],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: sink.poll() is not None or (_sink_delivered(port) >= 3 and _batches(port) > 0),
+            timeout=SINK_UP,
+            what="batches of canaries through the standalone sink",
+        )
+        assert sink.poll() is None, log.read_text()[-3000:]
+        os.killpg(sink.pid, signum)
+        assert sink.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        if sink.poll() is None:
+            os.killpg(sink.pid, signal.SIGKILL)
+            sink.wait()
+    _assert_clean(log, sink_path / "spark.log")
