@@ -302,9 +302,15 @@ class KafkaReassignment(_Section):
     move to the new replicas then)."""
 
     kind: Literal["kafka-reassignment"]
-    # Bytes per second each broker may replicate for the moves (`--throttle`): below
-    # the canaries' own write rate, the new replicas never catch up until it is lifted.
-    throttle: int = Field(default=100, ge=1)
+    # Bytes per second each broker may replicate for the moves (`--throttle`). A new
+    # replica catches up, joins the ISR and completes its move as soon as one of its
+    # fetches finds nothing new; a broker over its quota leaves the throttled
+    # partitions out of its fetches until the quota's 11 s window has passed. At 1 B/s
+    # one round of canaries copied puts it over for the whole window, longer than
+    # between two canaries (as a quota used up by the large partitions of a real
+    # reassignment holds a small one back): the moves stay in flight until lifted. At
+    # 100 B/s a canary round is under the quota and the moves completed early.
+    throttle: int = Field(default=1, ge=1)
     # How long the moves may take to complete once the throttle is lifted.
     complete_timeout: Duration = 120.0
 

@@ -540,7 +540,7 @@ def test_a_reassignment_stays_in_flight_under_its_throttle_until_healed(
             assert set(described.replicas) == {1, 2, 3}, described
             assert new[0] not in described.isr, described
         _produce(bootstrap, topic, 0)
-        assert _broker_setting(bootstrap, 1, "leader.replication.throttled.rate") == "100"
+        assert _broker_setting(bootstrap, 1, "leader.replication.throttled.rate") == "1"
         fault.heal()
         assert fault.still_moving == list(range(PARTITIONS))
 

@@ -232,7 +232,7 @@ def test_the_broker_is_embedded_unless_the_scenario_says_apache_kafka(tmp_path: 
         ("{kind: kafka-controller-kill}", {}),
         ("{kind: kafka-unclean-election}", {"broker": 2, "alone": 15.0}),
         ("{kind: kafka-unclean-election, broker: 3, alone: 1m}", {"broker": 3, "alone": 60.0}),
-        ("{kind: kafka-reassignment}", {"throttle": 100, "complete_timeout": 120.0}),
+        ("{kind: kafka-reassignment}", {"throttle": 1, "complete_timeout": 120.0}),
         (
             "{kind: kafka-reassignment, throttle: 5, complete_timeout: 1m}",
             {"throttle": 5, "complete_timeout": 60.0},
