@@ -13,6 +13,12 @@ It also names the brokers behind the trouble: per broker, the partitions where i
 replica is out of sync (a stopped broker: every replica it holds), and per troubled
 partition its worst problem, its leader and the replicas missing from its ISR.
 
+A partition reassignment in flight lists the replicas it adds beside the old ones,
+out of the ISR until they have copied the log: those are being copied, not lagging,
+and are left out as Kafka itself leaves them out of its under-replicated count (its
+replication factor is the replicas less the ones being added). Which replicas are
+being added only the controller says (ListPartitionReassignments): ``adding``.
+
 No I/O here: the transport reads the client's metadata into :class:`TopicReplicas`
 (:func:`topic_replicas` takes any records shaped like aiokafka's
 ``PartitionMetadata``), :func:`replica_health` sums it up and
@@ -68,10 +74,22 @@ class TopicReplicas:
     brokers: frozenset[int]
     min_insync: int | None = None
     addresses: Mapping[int, str] = field(default_factory=dict)
+    # Per partition, the replicas a reassignment in flight is adding (absent: none).
+    adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def leader_of(self, partition: int) -> int | None:
         found = self.partitions.get(partition)
         return None if found is None else found.leader
+
+    def owed(self, partition: PartitionReplicas) -> tuple[int, ...]:
+        """The replicas that ought to be in sync: all but those being added.
+
+        >>> topic = TopicReplicas({}, frozenset({1, 2, 3}), adding={0: (3,)})
+        >>> topic.owed(PartitionReplicas(0, 1, (1, 2, 3), (1, 2)))
+        (1, 2)
+        """
+        adding = self.adding.get(partition.partition, ())
+        return tuple(b for b in partition.replicas if b not in adding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +120,11 @@ def replica_health(topic: TopicReplicas) -> ReplicaHealth:
     partitions = topic.partitions.values()
     led = Counter(p.leader for p in partitions if p.leader is not None)
     leaders = {broker: led.get(broker, 0) for broker in sorted(topic.brokers | led.keys())}
-    lagging = Counter(b for p in partitions for b in p.replicas if b not in p.isr)
+    lagging = Counter(b for p in partitions for b in topic.owed(p) if b not in p.isr)
     min_insync = topic.min_insync
     return ReplicaHealth(
         partitions=len(topic.partitions),
-        under_replicated=sum(1 for p in partitions if len(p.isr) < len(p.replicas)),
+        under_replicated=sum(1 for p in partitions if len(p.isr) < len(topic.owed(p))),
         offline=sum(1 for p in partitions if p.leader is None),
         under_min_isr=0
         if min_insync is None
@@ -150,15 +168,16 @@ def partition_problems(topic: TopicReplicas) -> tuple[PartitionProblem, ...]:
     min_insync = topic.min_insync or 0
     for partition in topic.partitions.values():
         in_sync = len(partition.isr)
+        owed = topic.owed(partition)
         if partition.leader is None:
             problem = ReplicaProblem.OFFLINE
         elif in_sync < min_insync:
             problem = ReplicaProblem.UNDER_MIN_ISR
-        elif in_sync < len(partition.replicas):
+        elif in_sync < len(owed):
             problem = ReplicaProblem.UNDER_REPLICATED
         else:
             continue  # the common case, at every scrape: nothing more to look at
-        missing = tuple(b for b in partition.replicas if b not in partition.isr)
+        missing = tuple(b for b in owed if b not in partition.isr)
         problems.append(PartitionProblem(partition.partition, problem, partition.leader, missing))
     return tuple(sorted(problems, key=lambda found: found.partition))
 
@@ -185,6 +204,7 @@ def topic_replicas(
     brokers: Iterable[int],
     min_insync: int | None = None,
     addresses: Mapping[int, str] | None = None,
+    adding: Mapping[int, tuple[int, ...]] | None = None,
 ) -> TopicReplicas:
     """The client's view of one topic, as :class:`TopicReplicas`.
 
@@ -209,6 +229,7 @@ def topic_replicas(
         frozenset(brokers),
         min_insync,
         dict(addresses or {}),
+        dict(adding or {}),
     )
 
 

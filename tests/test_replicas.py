@@ -209,3 +209,18 @@ def test_partition_problems_are_listed_by_partition_number() -> None:
         frozenset({1, 2}),
     )
     assert [p.partition for p in partition_problems(topic)] == [3, 7]
+
+
+def test_replicas_a_reassignment_is_adding_are_copying_not_lagging() -> None:
+    # Partition 0 moves from (1, 2) to (3, 2): 3 is listed, out of the ISR, until it
+    # has copied the log. Partition 1's replica 3 lags with no reassignment.
+    topic = TopicReplicas(
+        {0: PartitionReplicas(0, 1, (3, 2, 1), (1, 2)), 1: PartitionReplicas(1, 1, (1, 3), (1,))},
+        brokers=frozenset({1, 2, 3}),
+        min_insync=2,
+        adding={0: (3,)},
+    )
+    health = replica_health(topic)
+    assert health.under_replicated == 1
+    assert dict(health.out_of_sync) == {1: 0, 2: 0, 3: 1}
+    assert [(p.partition, p.missing) for p in partition_problems(topic)] == [(1, (3,))]

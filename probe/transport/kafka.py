@@ -58,7 +58,12 @@ from probe.leadership import LeaderPlan
 from probe.partition_summary import partitions_summary, ranges_summary
 from probe.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
-from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST, carry_out, grow
+from probe.transport.kafka_leaders import (
+    PARTITIONS_PER_REQUEST,
+    carry_out,
+    grow,
+    replicas_being_added,
+)
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +201,10 @@ class KafkaTransport:
         self._min_insync: int | None = None
         self._config_read_at: float | None = None
         self._admin: AIOKafkaAdminClient | None = None
+        # Replicas a reassignment in flight adds, per partition, and when the
+        # controller last refused to say (asked again after TOPIC_CONFIG_EVERY).
+        self._adding: dict[int, tuple[int, ...]] = {}
+        self._reassignments_refused_at: float | None = None
 
     @staticmethod
     def _new_producer(options: Mapping[str, Any], *, idempotent: bool) -> AIOKafkaProducer:
@@ -257,6 +266,7 @@ class KafkaTransport:
         self._known = frozenset(found or ())
         if found:
             await self._read_topic_config()
+            await self._read_reassignments(client.cluster)
             await self._follow_leaders(client.cluster)
         if not found and self._assigned:
             # The topic is gone (deleted, or a broker that lost its storage): whatever
@@ -312,6 +322,39 @@ class KafkaTransport:
             return
         self._min_insync = min_insync_of(responses)
 
+    async def _read_reassignments(self, cluster: Any) -> None:
+        """Which replicas out of an ISR a reassignment is adding, asked only while
+        some replica is out of one (the rest of the time nothing is asked).
+
+        Without the answer (no Describe ACL on the cluster, a broker without the API)
+        a reassignment's new replicas count as out of sync, as lagging ones do: said
+        once, asked again after TOPIC_CONFIG_EVERY. Never fails the refresh.
+        """
+        records = getattr(cluster, "_partitions", {}).get(self._topic) or {}
+        outside = [p for p, r in records.items() if len(r.isr) < len(r.replicas)]
+        if not outside:
+            self._adding = {}
+            return
+        now = time.monotonic()
+        refused = self._reassignments_refused_at
+        if refused is not None and now - refused < TOPIC_CONFIG_EVERY:
+            return
+        try:
+            async with asyncio.timeout(self._config.send_timeout):
+                admin = await self._admin_client()
+                self._adding = await replicas_being_added(admin, self._topic, sorted(outside))
+        except (KafkaError, TimeoutError, TypeError, ValueError) as exc:
+            if refused is None:
+                log.info(
+                    "topic %s: cannot list partition reassignments (%r): replicas a "
+                    "reassignment adds count as out of sync; grant Describe on the cluster",
+                    self._topic, exc,
+                )  # fmt: skip
+            self._reassignments_refused_at = now
+            self._adding = {}
+            return
+        self._reassignments_refused_at = None
+
     async def _admin_client(self) -> AIOKafkaAdminClient:
         if self._admin is None:
             admin = AIOKafkaAdminClient(**self._options)
@@ -338,6 +381,7 @@ class KafkaTransport:
             [b.nodeId for b in brokers],
             self._min_insync,
             {b.nodeId: broker_address(b.host, b.port) for b in brokers},
+            self._adding,
         )
 
     async def spread_leaders(self, plan: LeaderPlan) -> list[str]:

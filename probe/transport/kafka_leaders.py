@@ -16,7 +16,10 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from aiokafka.errors import ClusterAuthorizationFailedError, KafkaError, for_code
-from aiokafka.protocol.admin import AlterPartitionReassignmentsRequest
+from aiokafka.protocol.admin import (
+    AlterPartitionReassignmentsRequest,
+    ListPartitionReassignmentsRequest,
+)
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 
@@ -174,3 +177,21 @@ def _problem(code: int, message: str | None) -> str:
 
 # The preferred leader already leads: not a problem.
 _ELECTION_NOT_NEEDED = 84
+
+
+async def replicas_being_added(
+    admin: AIOKafkaAdminClient, topic: str, partitions: list[int]
+) -> dict[int, tuple[int, ...]]:
+    """Per partition of these in a reassignment in flight, the replicas it adds
+    (ListPartitionReassignments, KIP-455; Describe on the cluster). Raises KafkaError
+    when refused or not answered."""
+    request = ListPartitionReassignmentsRequest(TIMEOUT_MS, [(topic, partitions, {})], {})
+    response = await admin._send_to_controller(request)
+    if response.error_code:
+        raise for_code(response.error_code)(_problem(response.error_code, response.error_message))
+    return {
+        partition: tuple(adding)
+        for _, listed, _ in response.topics
+        for partition, _, adding, _, _ in listed
+        if adding
+    }

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
 from probe.apache_kafka.cluster import KafkaCluster, live_brokers
+from probe.config import KafkaConfig
 from probe.embedded import free_loopback_port
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets, WrongBrokerError
@@ -51,6 +52,8 @@ from probe.gameday.scenario import (
     KafkaRollingRestart,
     KafkaUncleanElection,
 )
+from probe.replicas import ReplicaHealth, replica_health
+from probe.transport.kafka import KafkaTransport
 from tests.apache_kafka.kafka_admin import admin, create_topic, describe, end_offsets, leaders
 from tests.conftest import wait_for
 
@@ -511,6 +514,19 @@ def test_an_unclean_election_loses_what_the_only_in_sync_replica_acknowledged_al
     _produce(bootstrap, topic, 0)
 
 
+async def _probe_sees(bootstrap: str, topic: str) -> ReplicaHealth:
+    """The replica health the probe's own transport reads off a metadata refresh."""
+    transport = KafkaTransport(KafkaConfig(bootstrap_servers=bootstrap, topic=topic))
+    await transport.start()
+    try:
+        assert await transport.partitions()
+        replicas = transport.replicas()
+        assert replicas is not None
+        return replica_health(replicas)
+    finally:
+        await transport.close()
+
+
 def test_a_reassignment_stays_in_flight_under_its_throttle_until_healed(
     cluster_targets: LocalTargets,
 ) -> None:
@@ -541,6 +557,11 @@ def test_a_reassignment_stays_in_flight_under_its_throttle_until_healed(
             assert new[0] not in described.isr, described
         _produce(bootstrap, topic, 0)
         assert _broker_setting(bootstrap, 1, "leader.replication.throttled.rate") == "1"
+        # The probe tells the replicas being copied from lagging ones, as Kafka does:
+        # nothing under-replicated, no broker behind it.
+        health = asyncio.run(_probe_sees(bootstrap, topic))
+        assert health.under_replicated == 0, health
+        assert set(health.out_of_sync.values()) == {0}, health
         fault.heal()
         assert fault.still_moving == list(range(PARTITIONS))
 
