@@ -10,13 +10,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # own client (an MQTT client independent of the probe's, for hostile records),
 # Alertmanager (the documented inhibition of the SLO alerts), libfaketime (a
 # producing probe whose clock runs ahead, in the producer-clock-skew game day), and
-# Maven (Apache Kafka's jars from Maven Central, `make kafka`).
+# Maven (Apache Kafka's jars and Spark's Kafka connector from Maven Central, `make kafka`,
+# `make spark-kafka`).
 DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mosquitto_pub \
   prometheus-alertmanager:prometheus-alertmanager faketime:faketime maven:mvn
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test setup system-deps python-deps demo-deps uv kafka lint bench lock rules gameday \
-  detection-table clean
+.PHONY: demo test setup system-deps python-deps demo-deps uv kafka spark-kafka lint bench lock \
+  rules gameday detection-table clean
 
 demo: demo-deps
 	$(VENV)/bin/sla-probe once --embedded --stages consumer,sink
@@ -24,7 +25,7 @@ demo: demo-deps
 test: setup
 	$(VENV)/bin/pytest
 
-setup: system-deps python-deps kafka
+setup: system-deps python-deps kafka spark-kafka
 
 # Apache Kafka's broker jars, pinned in probe/apache_kafka/pom.xml, resolved from Maven
 # Central once into ~/.cache/synthetic-sla-probe/ (SLA_PROBE_KAFKA_LIBS elsewhere): the
@@ -32,6 +33,13 @@ setup: system-deps python-deps kafka
 # at test time.
 kafka: system-deps python-deps
 	$(VENV)/bin/python -m probe.apache_kafka install
+
+# Spark's own Kafka connector (spark-sql-kafka-0-10 and the three jars it needs that
+# pyspark lacks), pinned in probe/spark_kafka/pom.xml, resolved once into
+# ~/.cache/synthetic-sla-probe/ (SLA_PROBE_SPARK_KAFKA_JARS elsewhere): what a session
+# with sink.source: kafka puts on spark.jars. Nothing is fetched at run time.
+spark-kafka: system-deps python-deps
+	$(VENV)/bin/python -m probe.spark_kafka install
 
 # Installs a Debian package only when its command is missing.
 system-deps:
