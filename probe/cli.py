@@ -27,7 +27,7 @@ import click
 
 from probe import config as config_module
 from probe import logs, loop, tracing
-from probe.config import ProbeConfig
+from probe.config import ProbeConfig, StageName
 from probe.errors import ConfigError
 from probe.keyfile import (
     KeyRingSource,
@@ -137,6 +137,15 @@ def _sink_path() -> Callable[[F], F]:
     return _option("sink-path", "sink.path", "Sink tables and checkpoint (Spark sink stage).")
 
 
+def _sink_source() -> Callable[[F], F]:
+    return _option(
+        "sink-source",
+        "sink.source",
+        "What Spark reads Kafka with: sla_kafka (the probe's source, default) or kafka "
+        "(Spark's connector; its jars from `make spark-kafka`).",
+    )
+
+
 def _spark_log() -> Callable[[F], F]:
     return _option(
         "spark-log",
@@ -185,6 +194,7 @@ def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
                 "stages", "stages", "Kafka stages: consumer, and sink (Spark), e.g. consumer,sink."
             ),
             _sink_path(),
+            _sink_source(),
             _spark_log(),
             _option("interval", interval_path, interval_help),
             _option("probe-id", "probe_id", "This probe instance's id (default: host name)."),
@@ -342,6 +352,8 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
     try:
         config = _load(config_file, flags)
         config_module.require_for_once(config)
+        if StageName.SINK in config.stages:
+            _require_connector(config)
         keyring = _keyring(config, ephemeral_ok=True)
         _install_tracing(config)
     except ConfigError as error:
@@ -381,6 +393,8 @@ def run(config_file: Path | None, **flags: Any) -> None:
         config = _load(config_file, flags)
         keyring = _keyring(config, ephemeral_ok=config.allow_ephemeral_key)
         config_module.require_for_service(config)
+        if StageName.SINK in config.stages:
+            _require_connector(config)
         _install_tracing(config)
     except ConfigError as error:
         _fail_config(error)
@@ -401,6 +415,7 @@ def run(config_file: Path | None, **flags: Any) -> None:
     _bootstrap_servers(),
     _topic(),
     _sink_path(),
+    _sink_source(),
     _spark_log(),
     _target(),
     _signing_key_file(),
@@ -423,6 +438,7 @@ def sink(config_file: Path | None, **flags: Any) -> None:
             "elsewhere, so give it the same key file (--signing-key-file)",
         )
         config_module.require_for_service(config, sink_only=True)
+        _require_connector(config)
         # The sink's commit spans join the traces of the probe producing elsewhere.
         _install_tracing(config)
     except ConfigError as error:
@@ -512,6 +528,7 @@ def sink(config_file: Path | None, **flags: Any) -> None:
         "report-path", "reconcile.report_path", "Report table (default <sink path>/reconciliation)."
     ),
     _option("run-id", None, "This run's id in the report table (a rerun replaces its rows)."),
+    _sink_source(),
     _spark_log(),
     _target(),
     _signing_key_file(),
@@ -548,6 +565,7 @@ def reconcile(
     try:
         config = _load(config_file, flags)
         config_module.require_for_reconcile(config)
+        _require_connector(config)
         if config.reconcile.every is None:
             _require_sink_tables(config)
         if run_id is not None:
@@ -589,6 +607,18 @@ def reconcile(
         _fail_config(error)
         return
     sys.exit(code)
+
+
+def _require_connector(config: ProbeConfig) -> None:
+    """``sink.source: kafka`` with Spark's connector nowhere to be had (no cached jars,
+    none asked for in sink.spark_conf): one line naming the setting, before a broker,
+    a probe or Spark starts. Under spark-submit the session checks spark-submit's own
+    settings instead (probe/spark/session.py)."""
+    if config.sink.source != "kafka" or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    from probe.spark_kafka.jars import session_jars  # noqa: PLC0415 - only when asked
+
+    session_jars(config.sink.spark_conf, own_jvm=True)
 
 
 def _require_sink_tables(config: ProbeConfig) -> None:

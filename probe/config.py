@@ -527,6 +527,10 @@ class RestartConfig(_Section):
     failure_window: Annotated[Duration, _between(1.0, 7 * DAY)] = HOUR
 
 
+# The sink's Kafka sources, by the name the setting takes.
+SinkSource = Literal["sla_kafka", "kafka"]
+
+
 class SinkConfig(_Section):
     """The Spark sink stage: canaries judged after Spark wrote them to a table."""
 
@@ -550,6 +554,11 @@ class SinkConfig(_Section):
     allowed_lateness: Annotated[Duration, _between(1.0, DAY)] = 60.0
     max_records_per_batch: int | None = Field(default=10_000, ge=1)
     starting_offsets: Literal["latest", "earliest"] = "latest"
+    # What the sink and reconcile read Kafka with: the probe's own Python source
+    # (sla_kafka, pip alone) or Spark's own connector (kafka: spark-sql-kafka-0-10, its
+    # jars from `make spark-kafka`, or spark.jars.packages in spark_conf). The same
+    # judge and tables behind either (probe/spark/kafka_connector.py).
+    source: SinkSource = "sla_kafka"
     # Where Spark's own output goes (its JVM's log lines, its Python workers' prints),
     # appended, when the probe starts Spark itself; "-" leaves it on stderr. Unset:
     # spark.log in `path` when that is a local directory (`once`'s temporary one is

@@ -92,6 +92,7 @@ def settings_of(config: ProbeConfig, keyring_json: str | None) -> ReconcileSetti
         keyring_json=keyring_json,
         probe_id=config.probe_id,
         max_size=config.canary.max_size,
+        source=config.sink.source,
     )
 
 
@@ -112,6 +113,7 @@ def reconcile_session(config: ProbeConfig) -> SparkSession:
         spark_output=output,
         spark_conf=config.sink.spark_conf,
         streaming=False,
+        source=config.sink.source,
     )
 
 

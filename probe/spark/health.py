@@ -55,7 +55,12 @@ _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_.]+)\]")
 _CHECKPOINT = re.compile(
     r"HDFSMetadataLog|OffsetSeqLog|CommitLog|CheckpointFileManager|StateStoreProvider"
 )
-_SOURCE = re.compile(r"kafka_source\.py|KafkaStreamReader|NoBrokersAvailable|KafkaError")
+# Spark's own connector fails with its classes (KafkaMicroBatchStream,
+# KafkaOffsetReaderAdmin...) or the Java client's (org.apache.kafka...) in the message.
+_SOURCE = re.compile(
+    r"kafka_source\.py|KafkaStreamReader|NoBrokersAvailable|KafkaError"
+    r"|org\.apache\.kafka\.|org\.apache\.spark\.sql\.kafka010\.|\[KAFKA_"
+)
 _TRACEBACK = "Traceback (most recent call last):"
 
 
@@ -116,8 +121,13 @@ def parse_spark_time(text: str | None) -> int | None:
 
 
 def source_lag(latest: str | None, processed: str | None) -> int | None:
-    """Records between the source's latest and processed offsets (JSON offset maps);
-    None while the latest offsets are unknown (broker away, topic not there yet)."""
+    """Records between the source's latest and processed offsets (JSON offset maps:
+    by partition, or by topic then partition as Spark's connector writes them); None
+    while the latest offsets are unknown (broker away, topic not there yet).
+
+    >>> source_lag('{"t": {"0": 9, "1": 4}}', '{"t": {"0": 7, "1": 4}}')
+    2
+    """
     latest_map = _offset_map(latest)
     if latest_map is None:
         return None
@@ -132,7 +142,15 @@ def _offset_map(text: str | None) -> dict[str, int] | None:
         value = json.loads(text) if text else None
     except ValueError:
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    flat: dict[str, int] = {}
+    for name, entry in value.items():
+        if isinstance(entry, dict):  # Spark's connector: {"topic": {"0": 12, ...}}
+            flat.update({f"{name}/{partition}": offset for partition, offset in entry.items()})
+        else:
+            flat[name] = entry
+    return flat
 
 
 class SparkHealth:

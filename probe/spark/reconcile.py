@@ -86,6 +86,7 @@ from probe.spark.checksum import (
     unsigned,
     window_checksum,
 )
+from probe.spark.kafka_connector import CONNECTOR_NAME, batch_options
 from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource, TopicOffsets
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,9 @@ class ReconcileSettings:
     keyring_json: str | None = None
     probe_id: str = ""
     max_size: int = 1_048_576
+    # What the records are read with (sink.source): sla_kafka, or kafka (Spark's
+    # connector). The offsets are listed on the driver alike (TopicOffsets).
+    source: str = SOURCE_NAME
 
     def source_options(self) -> dict[str, str]:
         return {
@@ -365,18 +369,31 @@ class ReconcileJob:
                 key = str(w.partition)
                 starts[key] = min(starts.get(key, w.start), w.start)
                 ends[key] = max(ends.get(key, w.end), w.end)
-        self.spark.dataSource.register(KafkaStreamSource)
-        reader = self.spark.read.format(SOURCE_NAME)
-        options = {
-            **s.source_options(),
-            # Only what the windows cover: other partitions, and other offsets, unread.
-            "assign": json.dumps({s.topic: sorted(int(p) for p in starts)}),
-            "startingOffsets": json.dumps(starts),
-            "endingOffsets": json.dumps(ends),
-            "minPartitions": str(self.spark.sparkContext.defaultParallelism),
-        }
-        for name, value in options.items():
-            reader = reader.option(name, value)
+        # Only what the windows cover: other partitions, and other offsets, unread.
+        tasks = self.spark.sparkContext.defaultParallelism
+        if s.source == CONNECTOR_NAME:
+            name = CONNECTOR_NAME
+            options = batch_options(
+                s.bootstrap_servers,
+                s.topic,
+                starts,
+                ends,
+                min_partitions=tasks,
+                kafka_options=s.kafka_options,
+            )
+        else:
+            self.spark.dataSource.register(KafkaStreamSource)
+            name = SOURCE_NAME
+            options = {
+                **s.source_options(),
+                "assign": json.dumps({s.topic: sorted(int(p) for p in starts)}),
+                "startingOffsets": json.dumps(starts),
+                "endingOffsets": json.dumps(ends),
+                "minPartitions": str(tasks),
+            }
+        reader = self.spark.read.format(name)
+        for option, value in options.items():
+            reader = reader.option(option, value)
         raw = reader.load()
         if s.record_format is RecordFormat.CANARY:
             assert s.keyring_json is not None

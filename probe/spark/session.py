@@ -16,6 +16,8 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from probe.errors import StageFailed
+from probe.spark.kafka_connector import CONNECTOR_NAME
+from probe.spark_kafka.jars import session_jars
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,9 @@ DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 DRIVER_STACK = "-Xss4m"
+# Option names whose values Spark redacts where it prints a plan's options (its
+# spark.sql.redaction.options.regex), for the secrets Spark's Kafka connector is given.
+CONNECTOR_SECRETS = r"jaas\.config|keystore\.key|password"
 
 # Lines of Spark's output quoted when its JVM does not start (no Java, a bad option).
 _FAILURE_TAIL_LINES = 8
@@ -83,6 +88,31 @@ def executors_python(master: str | None, settings: Mapping[str, str]) -> str | N
     return sys.executable
 
 
+def connector_conf(
+    source: str, given: Mapping[str, str], settings: Mapping[str, str], *, own_jvm: bool
+) -> dict[str, str]:
+    """What a session reading with ``source`` adds to its settings: for Spark's Kafka
+    connector (``kafka``), its cached jars on ``spark.jars`` (after any given there),
+    and option redaction for the secrets the connector's options carry (SASL's JAAS
+    line, an inline TLS key) wherever Spark prints a plan's options. Nothing for
+    ``sla_kafka``, which installs with pip alone. ConfigError naming ``sink.source``
+    when the jars are missing (see probe.spark_kafka.jars.session_jars).
+
+    >>> connector_conf("sla_kafka", {}, {}, own_jvm=True)
+    {}
+    """
+    if source != CONNECTOR_NAME:
+        return {}
+    conf = {**given, **settings}
+    jars = session_jars(conf, own_jvm=own_jvm)
+    added: dict[str, str] = {}
+    if jars:
+        added["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), *jars]))
+    redact = conf.get("spark.sql.redaction.options.regex", "(?i)url")
+    added["spark.sql.redaction.options.regex"] = f"{redact}|{CONNECTOR_SECRETS}"
+    return added
+
+
 def sink_session(
     master: str | None = "local[*]",
     app_name: str = "synthetic-sla-sink",
@@ -90,6 +120,7 @@ def sink_session(
     spark_conf: Mapping[str, str] | None = None,
     *,
     streaming: bool = True,
+    source: str = "sla_kafka",
 ) -> SparkSession:
     """A session for the sink. ``master=None`` keeps what spark-submit configured.
 
@@ -100,9 +131,14 @@ def sink_session(
 
     ``streaming=False`` (a batch job such as `sla-probe reconcile`) never stops a
     query mid-batch, so a driver JVM without the larger stack is not worth a warning.
+
+    ``source``: what the session's jobs read Kafka with (``sink.source``); ``kafka``
+    puts Spark's connector on the classpath from the start (:func:`connector_conf`).
+    A JVM already running in this process keeps the classpath it started with.
     """
     given = {} if starts_own_jvm() else _submitted_conf()
     settings = {"spark.app.name": app_name, **session_conf(given, spark_conf or {}, master)}
+    settings.update(connector_conf(source, given, settings, own_jvm=starts_own_jvm()))
     effective_master = settings.get("spark.master", given.get("spark.master"))
     python = executors_python(effective_master, {**given, **settings})
     if python is not None:

@@ -55,6 +55,7 @@ from probe.keys import KeyRing
 from probe.partition_summary import offsets_summary
 from probe.spark.health import HealthListener, SparkHealth
 from probe.spark.judge_operator import JudgeProcessor
+from probe.spark.kafka_connector import CONNECTOR_NAME, stream_options
 from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamReader, KafkaStreamSource
 from probe.spark.rows import (
     DECODED,
@@ -189,6 +190,8 @@ class SinkSettings:
     max_size: int = 1_048_576
     checkpoint: str | None = None
     kafka_options: dict[str, str] = field(default_factory=dict)
+    # What the query reads with (sink.source): sla_kafka, or kafka (Spark's connector).
+    source: str = SOURCE_NAME
 
     @property
     def checkpoint_location(self) -> str:
@@ -284,16 +287,41 @@ class SinkJob:
                      self.settings.starting_offsets, offsets_summary(offsets), uri)  # fmt: skip
         return pinned
 
+    def connector_options(self, starting_offsets: str | None = None) -> dict[str, str]:
+        """The query's options with Spark's own connector (``sink.source: kafka``),
+        from ``starting_offsets`` when given (:meth:`pin_start`'s map)."""
+        s = self.settings
+        return stream_options(
+            s.bootstrap_servers,
+            s.topic,
+            starting_offsets or s.starting_offsets,
+            s.max_records_per_batch,
+            s.kafka_options,
+        )
+
+    def _records(self, starting_offsets: str | None) -> DataFrame:
+        """The topic's records as a stream: partition, offset, value."""
+        if self.settings.source == CONNECTOR_NAME:
+            name, options = CONNECTOR_NAME, self.connector_options(starting_offsets)
+        else:
+            self.spark.dataSource.register(KafkaStreamSource)
+            name, options = SOURCE_NAME, self.source_options()
+            if starting_offsets is not None:
+                options["startingOffsets"] = starting_offsets
+        reader = self.spark.readStream.format(name)
+        for option, value in options.items():
+            reader = reader.option(option, value)
+        raw = reader.load().select("partition", "offset", "value")
+        if name == CONNECTOR_NAME:
+            # The connector plans one task per partition with new records: on a canary
+            # topic, a task per record or two. Read them in one wave of tasks instead,
+            # as the sla_kafka source does (maxInputPartitions); narrow, no shuffle.
+            raw = raw.coalesce(self.tasks_per_batch)
+        return raw
+
     def build(self, starting_offsets: str | None = None) -> DataFrame:
         s = self.settings
-        self.spark.dataSource.register(KafkaStreamSource)
-        options = self.source_options()
-        if starting_offsets is not None:
-            options["startingOffsets"] = starting_offsets
-        reader = self.spark.readStream.format(SOURCE_NAME)
-        for name, value in options.items():
-            reader = reader.option(name, value)
-        raw = reader.load().select("partition", "offset", "value")
+        raw = self._records(starting_offsets)
         decoded = raw.mapInPandas(
             decode_batches(self._keyring.to_json(), s.max_size, s.probe_id), DECODED
         )

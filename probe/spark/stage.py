@@ -70,7 +70,7 @@ class Ended:
 
 def kafka_client_options(kafka: KafkaConfig) -> dict[str, str]:
     """The probe's Kafka security settings as the source's ``kafka.*`` options (text,
-    dotted: the source turns them back into kafka-python's names and types)."""
+    kafka-python's names dotted: the source translates them to librdkafka's)."""
     return {
         name.replace("_", "."): str(value).lower() if isinstance(value, bool) else value
         for name, value in kafka.security_options().items()
@@ -96,6 +96,7 @@ def sink_settings(config: ProbeConfig, path: str) -> SinkSettings:
         max_size=config.canary.max_size,
         checkpoint=sink.checkpoint,
         kafka_options=kafka_client_options(kafka),
+        source=sink.source,
     )
 
 
@@ -400,6 +401,7 @@ class SparkSinkStage:
                 self._config.sink.master,
                 spark_output=self.spark_output,
                 spark_conf=self._config.sink.spark_conf,
+                source=self._config.sink.source,
             )
             self._owns_session = owns
         job = SinkJob(

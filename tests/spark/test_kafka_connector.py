@@ -1,0 +1,413 @@
+"""Spark's own Kafka connector as the sink's and reconcile's source (``sink.source:
+kafka``): the same judge and tables behind it as behind ``sla_kafka``.
+
+On the embedded broker (Tansu answers what the connector's Java client asks:
+ApiVersions, Metadata, ListOffsets, Fetch) and on Apache Kafka's cluster. The shared
+session carries the connector's jars (tests/spark/conftest.py). The mapping of the
+probe's TLS and SASL settings is checked here option by option; SASL end to end on a
+cluster that requires it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from click.testing import CliRunner
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+
+from probe.apache_kafka.cluster import KafkaCluster
+from probe.cli import main
+from probe.config import load
+from probe.embedded import EmbeddedBroker
+from probe.errors import ConfigError
+from probe.judge import Outcome
+from probe.reconcile.outcome import WindowStatus
+from probe.reconcile.windows import WindowSpec
+from probe.spark.checksum import RecordFormat
+from probe.spark.kafka_connector import batch_options, client_options, stream_options
+from probe.spark.reconcile import ReconcileJob, ReconcileSettings
+from probe.spark.session import connector_conf
+from probe.spark.stage import kafka_client_options
+from probe.spark_kafka.jars import ENV, jar_paths, package_coordinate, session_jars
+from tests.conftest import SLA_PROBE, KafkaBrokers, until, wait_for
+from tests.spark.test_sink import pipeline
+
+ROUNDS = 2
+
+# --- the mapping of the probe's settings -------------------------------------------
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def pem_files(tmp_path: Path) -> dict[str, Path]:
+    """A CA, and a client certificate it signed with its key in PKCS#8 and PKCS#1."""
+    files = {name: tmp_path / name for name in ("ca.crt", "ca.key", "c.csr", "c.crt", "c.key")}
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+             "-subj", "/CN=probe-test-ca", "-keyout", str(files["ca.key"]),
+             "-out", str(files["ca.crt"]))  # fmt: skip
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=probe",
+             "-keyout", str(files["c.key"]), "-out", str(files["c.csr"]))  # fmt: skip
+    _openssl("x509", "-req", "-in", str(files["c.csr"]), "-CA", str(files["ca.crt"]),
+             "-CAkey", str(files["ca.key"]), "-CAcreateserial", "-days", "1",
+             "-out", str(files["c.crt"]))  # fmt: skip
+    files["c.rsa.key"] = tmp_path / "c.rsa.key"
+    _openssl("rsa", "-in", str(files["c.key"]), "-traditional", "-out", str(files["c.rsa.key"]))
+    return files
+
+
+def _options(**overrides: object) -> dict[str, str]:
+    config = load(overrides={"kafka.bootstrap_servers": "k:9093", **overrides})
+    return client_options(kafka_client_options(config.kafka))
+
+
+def test_plaintext_needs_no_option() -> None:
+    assert _options() == {}
+
+
+def test_tls_files_travel_inline_as_pem_stores(pem_files: dict[str, Path]) -> None:
+    options = _options(
+        **{
+            "kafka.tls.ca_file": str(pem_files["ca.crt"]),
+            "kafka.tls.cert_file": str(pem_files["c.crt"]),
+            "kafka.tls.key_file": str(pem_files["c.key"]),
+        }
+    )
+    assert options == {
+        "kafka.security.protocol": "SSL",
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.certificates": pem_files["ca.crt"].read_text(),
+        "kafka.ssl.keystore.type": "PEM",
+        "kafka.ssl.keystore.certificate.chain": pem_files["c.crt"].read_text(),
+        "kafka.ssl.keystore.key": pem_files["c.key"].read_text(),
+    }
+    assert "BEGIN PRIVATE KEY" in options["kafka.ssl.keystore.key"]
+
+
+def test_a_key_kafkas_pem_reader_cannot_take_is_refused_naming_it(
+    pem_files: dict[str, Path],
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        _options(
+            **{
+                "kafka.tls.cert_file": str(pem_files["c.crt"]),
+                "kafka.tls.key_file": str(pem_files["c.rsa.key"]),
+            }
+        )
+    assert refused.value.field == "kafka.tls.key_file"
+    assert "openssl pkcs8 -topk8 -nocrypt" in str(refused.value)
+
+
+def test_no_hostname_check_is_no_endpoint_identification() -> None:
+    options = _options(**{"kafka.tls.check_hostname": "false"})
+    assert options["kafka.ssl.endpoint.identification.algorithm"] == ""
+    assert "kafka.ssl.truststore.type" not in options  # the JVM's own trust store
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "module"),
+    [
+        ("PLAIN", "org.apache.kafka.common.security.plain.PlainLoginModule"),
+        ("SCRAM-SHA-512", "org.apache.kafka.common.security.scram.ScramLoginModule"),
+    ],
+)
+def test_sasl_becomes_one_jaas_line_with_its_values_quoted(mechanism: str, module: str) -> None:
+    options = _options(
+        **{
+            "kafka.tls.check_hostname": "true",
+            "kafka.sasl.mechanism": mechanism,
+            "kafka.sasl.username": "probe",
+            "kafka.sasl.password": 'pa"ss\\word',
+        }
+    )
+    assert options["kafka.security.protocol"] == "SASL_SSL"
+    assert options["kafka.sasl.mechanism"] == mechanism
+    assert options["kafka.sasl.jaas.config"] == (
+        f'{module} required username="probe" password="pa\\"ss\\\\word";'
+    )
+
+
+def test_the_sink_reads_from_its_pinned_offsets_and_keeps_data_loss_the_judges() -> None:
+    options = stream_options("k:9092", "t", '{"1": 5, "0": 3}', 10_000, {})
+    assert options["startingOffsets"] == '{"t": {"0": 3, "1": 5}}'
+    assert options["subscribe"] == "t"
+    assert options["maxOffsetsPerTrigger"] == "10000"
+    assert options["failOnDataLoss"] == "false"
+    assert "maxOffsetsPerTrigger" not in stream_options("k:9092", "t", "latest", None, {})
+
+
+def test_reconcile_reads_exactly_the_planned_ranges() -> None:
+    options = batch_options(
+        "k:9092", "t", {"2": 10, "0": 0}, {"2": 20, "0": 5}, min_partitions=2, kafka_options={}
+    )
+    assert json.loads(options["assign"]) == {"t": [0, 2]}
+    assert json.loads(options["startingOffsets"]) == {"t": {"2": 10, "0": 0}}
+    assert json.loads(options["endingOffsets"]) == {"t": {"2": 20, "0": 5}}
+
+
+# --- the jars --------------------------------------------------------------------------
+
+
+def test_the_session_gets_the_cached_jars_after_the_users_own() -> None:
+    cached = jar_paths()
+    assert cached is not None, "run `make spark-kafka`"
+    added = connector_conf("kafka", {}, {"spark.jars": "/opt/mine.jar"}, own_jvm=True)
+    assert added["spark.jars"].split(",") == ["/opt/mine.jar", *map(str, cached)]
+    # The secrets the connector is given are redacted wherever Spark prints options.
+    assert "jaas" in added["spark.sql.redaction.options.regex"]
+    assert connector_conf("sla_kafka", {}, {}, own_jvm=True) == {}
+
+
+def test_a_connector_asked_for_in_spark_settings_is_left_to_spark() -> None:
+    packages = {"spark.jars.packages": package_coordinate()}
+    assert session_jars(packages, own_jvm=True) == []
+    assert session_jars(packages, own_jvm=False) == []
+
+
+def test_under_spark_submit_without_the_connector_it_says_what_to_pass() -> None:
+    with pytest.raises(ConfigError) as refused:
+        session_jars({}, own_jvm=False)
+    assert refused.value.field == "sink.source"
+    assert "--jars $(python -m probe.spark_kafka jars)" in str(refused.value)
+    assert f"--packages {package_coordinate()}" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["once", "--embedded", "--stages", "consumer,sink"],
+        ["sink", "--bootstrap-servers", "127.0.0.1:9", "--sink-path", "{tmp}/sink"],
+        ["reconcile", "--bootstrap-servers", "127.0.0.1:9", "--table", "{tmp}"],
+    ],
+    ids=["once", "sink", "reconcile"],
+)
+def test_missing_jars_exit_2_in_one_line_before_anything_starts(
+    command: list[str], tmp_path: Path, key_file: Path
+) -> None:
+    args = [part.replace("{tmp}", str(tmp_path)) for part in command]
+    started = time.monotonic()
+    done = subprocess.run(
+        [SLA_PROBE, *args, "--signing-key-file", str(key_file), "--sink-source", "kafka"],
+        capture_output=True,
+        text=True,
+        env={**_env(), ENV: str(tmp_path / "no-jars")},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"sla-probe: config error: sink.source: kafka: Spark's Kafka connector jars are not "
+        f"in {tmp_path / 'no-jars'}: run `make spark-kafka` (python -m probe.spark_kafka "
+        f"install), or set sink.spark_conf spark.jars.packages: {package_coordinate()}"
+    ]
+    assert time.monotonic() - started < 20  # no broker, no Spark started
+
+
+@pytest.mark.parametrize("how", ["flag", "env", "yaml"])
+def test_a_bad_source_exits_2_naming_the_setting(how: str, tmp_path: Path) -> None:
+    config = tmp_path / "probe.yaml"
+    config.write_text(yaml.safe_dump({"sink": {"source": "spark"}} if how == "yaml" else {}))
+    args = [SLA_PROBE, "once", "--embedded", "--config", str(config)]
+    env = _env()
+    if how == "flag":
+        args += ["--sink-source", "spark"]
+    elif how == "env":
+        env["SLA_PROBE_SINK_SOURCE"] = "spark"
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "sla-probe: config error: sink.source: Input should be 'sla_kafka' or 'kafka'"
+    ]
+
+
+def _env() -> dict[str, str]:
+    import os  # noqa: PLC0415 - only these tests read it
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("SLA_PROBE_")}
+
+
+# --- the sink and reconcile, reading with the connector ----------------------------
+
+
+async def _judged_through_the_connector(
+    spark: SparkSession, brokers: KafkaBrokers, topic: str, sink_path: Path
+) -> tuple[int, str]:
+    """Rounds of canaries through the sink reading with the connector; every one
+    judged delivered, once. Returns the canaries and the key ring (JSON)."""
+    async with pipeline(spark, brokers, topic, sink_path, source="kafka") as p:
+        partitions = len(p.probe.partitions)
+        for _ in range(ROUNDS):
+            await p.probe.produce_round()
+        canaries = ROUNDS * partitions
+        await until(lambda: p.sink_fates() >= canaries, within=180, what="every sink verdict")
+        assert p.sink_outcomes() == {Outcome.DELIVERED.value: canaries}
+        query = p.job.query
+        assert query is not None
+        await until(lambda: query.lastProgress is not None, within=30, what="a progress")
+        assert query.lastProgress.sources[0].description.startswith("KafkaV2")
+        # The same tables as behind sla_kafka: one row per canary, its coordinates.
+        table = spark.read.parquet(p.settings.table("canaries")).collect()
+        assert sorted((r.partition, r.seq) for r in table) == [
+            (partition, seq) for partition in range(partitions) for seq in range(ROUNDS)
+        ]
+        assert all(r.kafka_partition == r.partition for r in table)
+        assert (
+            not (sink_path / "quarantine").exists()
+            or not spark.read.parquet(p.settings.table("quarantine")).count()
+        )
+        return canaries, p.keyring.to_json()
+
+
+def _reconcile(
+    brokers: KafkaBrokers, topic: str, sink_path: Path, keyring_json: str, source: str
+) -> dict[str, object]:
+    key_file = sink_path.parent / "keys.json"
+    key_file.write_text(keyring_json)
+    result = CliRunner().invoke(
+        main,
+        [
+            "reconcile", "--bootstrap-servers", brokers.bootstrap_servers,
+            "--topic", topic, "--sink-path", str(sink_path),
+            "--signing-key-file", str(key_file), "--window-offsets", "100",
+            "--settle", "1s", "--sink-source", source, "--json",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    report: dict[str, object] = json.loads(result.stdout)
+    return report
+
+
+async def _settled() -> None:
+    newest_ms = time.time_ns() // 1_000_000
+    wait_for(
+        lambda: time.time_ns() // 1_000_000 > newest_ms + 1100,
+        timeout=5,
+        what="every record older than the settle delay",
+    )
+
+
+async def test_the_sink_judges_canaries_read_by_the_connector_on_the_embedded_broker(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    sink_path = tmp_path / "sink"
+    canaries, keyring_json = await _judged_through_the_connector(spark, broker, topic, sink_path)
+    await _settled()
+    # Reconcile with either source: the same verdict on the same records.
+    reports = {
+        source: _reconcile(broker, topic, sink_path, keyring_json, source)
+        for source in ("kafka", "sla_kafka")
+    }
+    for report in reports.values():
+        assert report["ok"] is True
+        assert report["records"]["matched"] == canaries  # type: ignore[index]
+        assert report["discrepancies"] == 0
+    assert reports["kafka"]["windows"] == reports["sla_kafka"]["windows"]
+
+
+async def test_the_sink_and_reconcile_read_apache_kafka_with_the_connector(
+    spark: SparkSession, kafka_cluster: KafkaCluster, topic: str, tmp_path: Path
+) -> None:
+    sink_path = tmp_path / "sink"
+    canaries, keyring_json = await _judged_through_the_connector(
+        spark, kafka_cluster, topic, sink_path
+    )
+    await _settled()
+    report = _reconcile(kafka_cluster, topic, sink_path, keyring_json, "kafka")
+    assert report["ok"] is True
+    assert report["records"]["matched"] == canaries  # type: ignore[index]
+
+
+# --- reconcile: each discrepancy, read with the connector -----------------------------
+
+RAW = pa.schema(
+    [("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()), ("value", pa.binary())]
+)
+
+
+async def _create(brokers: KafkaBrokers, topic: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=brokers.bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+def _produce(brokers: KafkaBrokers, topic: str, per_partition: dict[int, int]) -> None:
+    """One record per produce request: the embedded broker lists a partition's end
+    right only after a batch of one record."""
+    producer = Producer({"bootstrap.servers": brokers.bootstrap_servers, "linger.ms": 0})
+    for partition, count in per_partition.items():
+        for offset in range(count):
+            producer.produce(topic, f"r-{partition}-{offset}".encode(), partition=partition)
+            assert producer.flush(10) == 0
+
+
+@pytest.fixture
+def raw_topic_and_table(broker: EmbeddedBroker, topic: str, tmp_path: Path) -> tuple[str, str]:
+    """12 records on partition 0, 10 on 1 and 2; a table missing two of partition 1,
+    one of partition 2 altered, one of partition 0 written twice."""
+    import asyncio  # noqa: PLC0415
+
+    asyncio.run(_create(broker, topic, 3))
+    _produce(broker, topic, {0: 12, 1: 10, 2: 10})
+    rows = {
+        (p, o): {"kafka_partition": p, "kafka_offset": o, "value": f"r-{p}-{o}".encode()}
+        for p, count in {0: 12, 1: 10, 2: 10}.items()
+        for o in range(count)
+    }
+    del rows[(1, 3)], rows[(1, 8)]
+    rows[(2, 4)] = {**rows[(2, 4)], "value": b"r-2-4 but changed"}
+    table = tmp_path / "table"
+    table.mkdir()
+    pq.write_table(
+        pa.Table.from_pylist([*rows.values(), rows[(0, 7)]], schema=RAW),
+        table / "part-00000.parquet",
+    )
+    return topic, str(table)
+
+
+def test_reconcile_counts_each_discrepancy_alike_with_either_source(
+    spark: SparkSession, broker: EmbeddedBroker, raw_topic_and_table: tuple[str, str]
+) -> None:
+    topic, table = raw_topic_and_table
+
+    def run(source: str) -> list[tuple[object, ...]]:
+        settings = ReconcileSettings(
+            bootstrap_servers=broker.bootstrap_servers,
+            topic=topic,
+            table=table,
+            window=WindowSpec(offsets=10),
+            settle_s=1.0,
+            lookback_s=None,
+            record_format=RecordFormat.RAW,
+            sample_size=3,
+            source=source,
+        )
+        result = ReconcileJob(spark, settings, lambda: int(time.time() * 1000) + 10_000).run(
+            f"run-{source}"
+        )
+        assert result.exit_code == 1
+        return [(r.window.partition, r.window.start, r.status, r.tally) for r in result.windows]
+
+    connector = run("kafka")
+    assert connector == run("sla_kafka")
+    by_window = {(p, start): (status, tally) for p, start, status, tally in connector}
+    status, tally = by_window[(1, 0)]
+    assert (status, tally.missing, tally.samples.missing) == (WindowStatus.MISMATCH, 2, (3, 8))
+    _, tally = by_window[(2, 0)]
+    assert (tally.mismatched, tally.samples.mismatched) == (1, (4,))
+    _, tally = by_window[(0, 0)]
+    assert (tally.duplicated, tally.samples.duplicated) == (1, (7,))
+    assert by_window[(0, 10)][0] is WindowStatus.COMPLETE
