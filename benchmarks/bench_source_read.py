@@ -12,18 +12,20 @@ librdkafka's own threads count); the broker's is not included.
    bare client loop (assign the ranges, fetch until each is done, pause the done ones,
    keep the five source columns per record) with kafka-python (as the source read until
    now: ``poll``, CRC checks on) and with confluent-kafka (librdkafka: ``consume`` in
-   chunks), and by the source's own executor read (``read_ranges``). Printed:
-   records per CPU-second and per wall second (medians), and the ratios.
+   chunks), and by the source's own executor read (``read_ranges``: librdkafka, Arrow
+   record batches). Printed: records per CPU-second and per wall second (medians), and
+   the ratios.
 2. **Listing a topic of M partitions** (default 10,000), as the driver plans a batch:
    the partitions of the one topic, then every partition's first and end offsets.
    kafka-python as the source did (``topics()``, which fetches the metadata of every
    topic, then ``beginning_offsets`` and ``end_offsets``); confluent-kafka's consumer
    (``list_topics(topic)``, then ``offsets_for_times`` with the earliest and latest
    markers, which librdkafka sends as one ListOffsets per leader); confluent-kafka's
-   admin client (``list_offsets``). Printed: wall and CPU per listing (median), and
-   the requests one listing sends, by API, counted in a separate, untimed run
-   (kafka-python's at its connections, librdkafka's from its statistics, which cost
-   CPU of their own).
+   admin client (``list_offsets``); and what the source now asks at each trigger
+   (``TopicOffsets``: the topic's metadata and the end offsets). Printed: wall and CPU
+   per listing (median), and the requests one listing sends, by API, counted in a
+   separate, untimed run (kafka-python's at its connections, librdkafka's from its
+   statistics, which cost CPU of their own).
 3. **A read of M ranges of one or two records each** (every partition of that topic):
    the case that timed the source's tasks out at 10,000 partitions. Printed: wall and
    CPU per client, or how far it got within ``--many-deadline`` seconds.
@@ -50,7 +52,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSp
 
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.embedded import EmbeddedBroker
-from probe.spark.kafka_source import OffsetRange, read_ranges
+from probe.spark.kafka_source import OffsetRange, TopicOffsets, read_ranges
 from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST
 
 BULK_TOPIC = "source-read-bulk"
@@ -245,7 +247,7 @@ def read_source(
     read = 0
     try:
         for batch in read_ranges({"bootstrap.servers": servers}, ranges, deadline_s):
-            read += 1 if isinstance(batch, tuple) else len(batch)
+            read += len(batch)
     except TimeoutError:
         return read, False
     return read, True
@@ -397,10 +399,24 @@ def list_confluent_admin(servers: str, topic: str, count: bool) -> tuple[int, st
     return len(partitions), _listed(counter.snapshot(admin.poll) - before)
 
 
+def list_source_trigger(servers: str, topic: str, count: bool) -> tuple[int, str]:
+    """What the source asks at each trigger: the topic's partitions, their ends."""
+    offsets = TopicOffsets({"bootstrap.servers": servers, "topic": topic})
+    try:
+        offsets.partitions()  # connected and bootstrapped
+        partitions = offsets.partitions() or []
+        ends = offsets.ends(partitions)
+        assert len(ends) == len(partitions)
+        return len(partitions), "as the consumer's, latest side only" if count else ""
+    finally:
+        offsets.close()
+
+
 LISTINGS: dict[str, Callable[[str, str, bool], tuple[int, str]]] = {
     "kafka-python (topics, beginning/end_offsets)": list_kafka_python,
     "confluent-kafka consumer (offsets_for_times)": list_confluent,
     "confluent-kafka admin (list_offsets)": list_confluent_admin,
+    "sla_kafka at a trigger (metadata, ends)": list_source_trigger,
 }
 
 

@@ -276,10 +276,10 @@ class KafkaConfig(_Section):
     sasl: SaslConfig | None = None
 
     def security_options(self) -> dict[str, str | bool]:
-        """TLS and SASL as Kafka clients name them: kafka-python's names, which the
-        Spark source passes on as they are and aiokafka shares (but for TLS, which it
-        takes as one SSLContext built from the ``ssl_*`` entries). One mapping for
-        every client the probe runs."""
+        """TLS and SASL as Kafka clients name them: kafka-python's names, which
+        aiokafka shares (but for TLS, which it takes as one SSLContext built from the
+        ``ssl_*`` entries) and the Spark source translates to librdkafka's. One mapping
+        for every client the probe runs."""
         options: dict[str, str | bool] = {}
         if self.tls is not None:
             options["security_protocol"] = "SSL"

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, NotLeaderForPartitionError
+from confluent_kafka import Consumer
 
 from probe.config import load
-from probe.spark.kafka_source import client_config
+from probe.spark.kafka_source import FORCED, client_config
 from probe.spark.stage import kafka_client_options
 from probe.transport.kafka import connection_options, produce_failure_reason
 
@@ -96,8 +97,10 @@ def test_produce_failures_map_to_few_reasons() -> None:
 
 
 def test_the_spark_source_gets_the_same_security_settings(ca_file: Path) -> None:
-    """The sink's executors read with kafka-python: the probe's TLS and SASL settings
-    reach it through the source's text options, typed back on the way in."""
+    """The sink's executors read with librdkafka: the probe's TLS and SASL settings
+    reach it through the source's text options (kafka-python's names, as the sink and
+    reconcile write them), translated to librdkafka's on the way in; librdkafka takes
+    them (an unknown name or a bad value would fail the consumer's creation)."""
     config = load(
         overrides={
             "kafka.bootstrap_servers": "k1:9092,k2:9092",
@@ -111,12 +114,50 @@ def test_the_spark_source_gets_the_same_security_settings(ca_file: Path) -> None
     options = {f"kafka.{name}": value for name, value in kafka_client_options(config.kafka).items()}
     client = client_config({"bootstrap.servers": "k1:9092,k2:9092", **options})
     assert client == {
-        "bootstrap_servers": ["k1:9092", "k2:9092"],
-        "security_protocol": "SASL_SSL",
-        "ssl_cafile": str(ca_file),
-        "ssl_check_hostname": False,
-        "sasl_mechanism": "SCRAM-SHA-512",
-        "sasl_plain_username": "probe",
-        "sasl_plain_password": "s3cret",
+        "bootstrap.servers": "k1:9092,k2:9092",
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(ca_file),
+        "ssl.endpoint.identification.algorithm": "none",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "probe",
+        "sasl.password": "s3cret",
+        **FORCED,
     }
-    assert client_config({"bootstrap.servers": "k:9092"}) == {"bootstrap_servers": ["k:9092"]}
+    Consumer({**client, "group.id": "checked"}).close()
+    assert client_config({"bootstrap.servers": "k:9092"}) == {
+        "bootstrap.servers": "k:9092",
+        **FORCED,
+    }
+
+
+@pytest.mark.parametrize(
+    ("option", "setting"),
+    [
+        # kafka-python's names, dotted or as kafka-python spells them
+        (("kafka.ssl.cafile", "/ca.pem"), ("ssl.ca.location", "/ca.pem")),
+        (("kafka.ssl_certfile", "/c.pem"), ("ssl.certificate.location", "/c.pem")),
+        (("kafka.ssl_keyfile", "/k.pem"), ("ssl.key.location", "/k.pem")),
+        (("kafka.ssl.password", "pw"), ("ssl.key.password", "pw")),
+        (("kafka.ssl_check_hostname", "true"), ("ssl.endpoint.identification.algorithm", "https")),
+        (("kafka.sasl_mechanism", "PLAIN"), ("sasl.mechanisms", "PLAIN")),
+        (("kafka.sasl_plain_username", "u"), ("sasl.username", "u")),
+        (("kafka.security_protocol", "SSL"), ("security.protocol", "SSL")),
+        # librdkafka's own, as they are
+        (("kafka.ssl.ca.location", "/ca.pem"), ("ssl.ca.location", "/ca.pem")),
+        (("kafka.sasl.username", "u"), ("sasl.username", "u")),
+        (("kafka.client.id", "sink"), ("client.id", "sink")),
+    ],
+)
+def test_the_spark_source_takes_either_clients_names(
+    option: tuple[str, str], setting: tuple[str, str]
+) -> None:
+    assert client_config({"bootstrap.servers": "k", option[0]: option[1]}) == {
+        "bootstrap.servers": "k",
+        setting[0]: setting[1],
+        **FORCED,
+    }
+
+
+def test_the_spark_source_never_lets_a_reader_create_the_topic() -> None:
+    options = {"bootstrap.servers": "k", "kafka.allow.auto.create.topics": "true"}
+    assert client_config(options)["allow.auto.create.topics"] == "false"

@@ -42,7 +42,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from kafka.errors import KafkaError
 from py4j.protocol import Py4JError
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException, PySparkException
@@ -62,7 +61,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from probe.errors import ConfigError, ReconcileFailed
+from probe.errors import ConfigError, ReconcileFailed, TransportError
 from probe.reconcile.outcome import Reconciliation, Samples, Tally, WindowResult
 from probe.reconcile.windows import (
     PartitionLog,
@@ -220,7 +219,7 @@ class ReconcileJob:
         try:
             windows, pending = self._plan(started_ms)
             results = self.compare(windows)
-        except (KafkaError, ValueError, OSError, Py4JError, PySparkException) as exc:
+        except (TransportError, ValueError, OSError, Py4JError, PySparkException) as exc:
             raise ReconcileFailed(_reason(exc)) from exc
         return Reconciliation(
             run_id,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from probe.embedded import EmbeddedBroker
+from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.spark.kafka_source import (
     SOURCE_NAME,
     KafkaStreamReader,
@@ -247,19 +248,21 @@ def test_the_stream_readers_options_keep_their_names_as_spark_hands_them() -> No
 MANY = 200
 
 
-async def test_a_read_that_times_out_names_the_count_and_the_first_few(
-    broker: EmbeddedBroker, topic: str
-) -> None:
-    """A task owing a record on every partition of a large topic says how many it still
-    waits for and the first few, in a message whose size does not grow with them."""
-    await _create(broker, topic, MANY)
-    ranges = [OffsetRange(topic, p, 0, 1) for p in range(MANY)]
+def test_a_read_that_makes_no_progress_times_out_naming_the_count_and_the_first_few() -> None:
+    """A task that hears nothing of its ranges (no broker answers) says how many it
+    still waits for and the first few, in a message whose size does not grow with
+    them, and what the client last said."""
+    nowhere = f"127.0.0.1:{free_loopback_port()}"
+    ranges = [OffsetRange("t", p, 0, 1) for p in range(MANY)]
+    started = time.monotonic()
     with pytest.raises(TimeoutError) as timeout:
-        list(read_ranges({"bootstrap.servers": broker.bootstrap_servers}, ranges, timeout=1))
+        list(read_ranges({"bootstrap.servers": nowhere}, ranges, timeout=2))
+    assert time.monotonic() - started < 10
     message = str(timeout.value)
-    assert message.startswith(f"offsets of topic {topic} not readable within 1s: ")
+    assert message.startswith("offsets of topic t not readable within 2s: ")
     assert f"{MANY} partitions, offsets 0..1 (first: 0:0..1, 1:0..1, " in message
-    assert len(message) < 200
+    assert "last client error: " in message
+    assert len(message) < 500
 
 
 async def test_logs_that_start_over_are_one_warning_however_many_partitions(
@@ -277,3 +280,103 @@ async def test_logs_that_start_over_are_one_warning_however_many_partitions(
     (line,) = [r.getMessage() for r in caplog.records if r.name == "probe.spark.kafka_source"]
     assert f"{MANY} partitions, offsets 0..5 (first: 0:5->0, 1:5->0, " in line
     assert len(line) < 300
+
+
+# --- The reader at scale, and through logs that change under it --------------------
+
+THOUSANDS = 2_000
+
+
+def _produce_one_each(broker: EmbeddedBroker, topic: str, partitions: range, tag: str) -> None:
+    """One record to each partition, sent together (thousands in about a second), each
+    alone in its partition's batch: the embedded broker lists a partition's end right
+    only when its last batch holds one record."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 20})
+    for partition in partitions:
+        producer.produce(topic, f"{tag}-{partition}".encode(), partition=partition)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def _read(broker: EmbeddedBroker, ranges: list[OffsetRange], timeout: float = 30) -> list[Row]:
+    return [
+        (partition, offset, value)
+        for batch in read_ranges({"bootstrap.servers": broker.bootstrap_servers}, ranges, timeout)
+        for partition, offset, value in zip(
+            batch.column("partition").to_pylist(),
+            batch.column("offset").to_pylist(),
+            batch.column("value").to_pylist(),
+            strict=True,
+        )
+    ]
+
+
+async def test_thousands_of_partitions_of_one_or_two_records_are_each_read_once(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """The sink's shape at scale: every partition holds a record or two, read in two
+    tasks of a thousand ranges each (the cap the sink sets on two cores). No batch
+    fails, and every record is read exactly once."""
+    await _create(broker, topic, THOUSANDS)
+    _produce_one_each(broker, topic, range(THOUSANDS), "one")
+    _produce_one_each(broker, topic, range(0, THOUSANDS, 2), "two")
+    tasks: list[int] = []
+    _, rows = _drain(spark, broker, topic, tmp_path / "ck", tasks=tasks, maxInputPartitions="2")
+    assert tasks == [2]
+    assert rows == sorted(
+        [(p, 0, f"one-{p}".encode()) for p in range(THOUSANDS)]
+        + [(p, 1, f"two-{p}".encode()) for p in range(0, THOUSANDS, 2)]
+    )
+
+
+async def test_ranges_of_a_topic_re_created_under_the_read_end_with_its_new_logs(
+    broker: EmbeddedBroker, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ranges planned on a log that is gone by the time they are read (the topic
+    re-created, a broker that lost its data): what the new logs hold of them is read,
+    and the read ends a few seconds after the logs were seen to end short, with one
+    line for them all, not at its timeout."""
+    await _create(broker, topic, 3)
+    _produce(broker, topic, {0: 5, 1: 5, 2: 5}, "old")
+    planned = [OffsetRange(topic, p, 0, 5) for p in range(3)]
+    await _create(broker, topic, 3, drop=True)
+    _produce(broker, topic, {0: 2}, "new")
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="probe.spark.kafka_source"):
+        rows = _read(broker, planned, timeout=60)
+    assert time.monotonic() - started < 30
+    assert rows == [(0, 0, b"new-0-0"), (0, 1, b"new-0-1")]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "probe.spark.kafka_source"]
+    assert "logs end before the ranges planned" in line
+    assert "3 partitions, offsets 0..5 (0:2..5, 1:0..5, 2:0..5)" in line
+
+
+async def test_a_topic_gone_plans_no_batch_and_ends_a_read_of_it(
+    broker: EmbeddedBroker, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A topic deleted under the query: the driver plans nothing (one line, however
+    many triggers), and a task reading it ends without its records."""
+    await _create(broker, topic, 2)
+    _produce(broker, topic, {0: 2}, "gone")
+    reader = KafkaStreamReader({"bootstrap.servers": broker.bootstrap_servers, "topic": topic})
+    try:
+        start = reader.latestOffset({}, ReadAllAvailable())
+        assert start == {"0": 2, "1": 0}
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        await admin.start()
+        try:
+            await admin.delete_topics([topic])
+        finally:
+            await admin.close()
+        with caplog.at_level(logging.INFO, logger="probe.spark.kafka_source"):
+            assert reader.latestOffset(start, ReadAllAvailable()) == start
+            assert reader.latestOffset(start, ReadAllAvailable()) == start
+            assert reader.reportLatestOffset() is None
+            assert _read(broker, [OffsetRange(topic, 0, 0, 2)], timeout=60) == []
+    finally:
+        reader.stop()
+    lines = [r.getMessage() for r in caplog.records if r.name == "probe.spark.kafka_source"]
+    assert lines == [
+        f"topic {topic} not found; no batch until it exists",
+        f"topic {topic}: 1 partition 0 gone while being read; their records are gone with them",
+    ]
