@@ -79,6 +79,8 @@ START_FILE = "sla_kafka_start.json"
 # with Spark's own stop after it, within the 10 s a container runtime gives by default.
 STOP_BATCH_GRACE = 5.0
 STOP_POLL = 0.02
+# How long a finished batch holds the query's thread for a stop (SinkJob._rest).
+STOP_REST_LIMIT = STOP_BATCH_GRACE + 5.0
 
 
 # Causes of a JVM error named in its headline (jvm_headline).
@@ -242,6 +244,9 @@ class SinkJob:
         self._committed = threading.Condition()
         # Set from stop() until the next start: a batch failing meanwhile is its doing.
         self._stopping = False
+        # The stop's handshake with the query's thread (see stop() and _rest()).
+        self._at_rest = threading.Event()
+        self._stop_issued = threading.Event()
 
     @property
     def tasks_per_batch(self) -> int:
@@ -356,6 +361,8 @@ class SinkJob:
 
     def start(self, query_name: str = "synthetic_sla_sink") -> StreamingQuery:
         self._stopping = False
+        self._at_rest.clear()
+        self._stop_issued.clear()
         if self.health is not None and self._listener is None:
             self._listener = HealthListener(self.health, query_name)
             self.spark.streams.addListener(self._listener)
@@ -397,15 +404,36 @@ class SinkJob:
         with self._committed:
             self.batches_committed += 1
             self._committed.notify_all()
+        if self._stopping:
+            self._rest()
+
+    def _rest(self) -> None:
+        """Hold the query's thread at the end of a finished batch until stop() has
+        stopped the query, then let Spark commit the batch and end.
+
+        Here, in a Python call inside ``foreachBatch``, the stop's interrupt touches no
+        work: a moment later, with batches running back to back, it would land in the
+        next batch's planning, where Spark logs it as an error (a broadcast it could not
+        store, say) before it takes it for the stop.
+        """
+        self._at_rest.set()
+        if not self._stop_issued.wait(STOP_REST_LIMIT):
+            return
+        # Spark's stop marks the query terminated before it cancels and interrupts: from
+        # then on the thread commits this batch (or, interrupted, leaves it to a replay)
+        # and ends, never planning another.
+        deadline = time.monotonic() + STOP_REST_LIMIT
+        while self.query is not None and self.query.isActive and time.monotonic() < deadline:
+            time.sleep(STOP_POLL)
 
     def stop(self, batch_grace: float = STOP_BATCH_GRACE) -> None:
         """Stop the query between batches; returns once it has ended.
 
-        A held batch is released, and a trigger under way (a batch planned, run in
-        :meth:`commit_batch`, then committed to the checkpoint) is given
-        ``batch_grace`` seconds to end: stopped after it, the batch needs no replay.
-        Past that, or for a batch that starts as the stop is made (batches that run
-        back to back), Spark interrupts the batch's job: the batch fails with
+        Spark's stop cancels the query's jobs and interrupts its thread, wherever it
+        is. So the stop waits, up to ``batch_grace`` seconds, for a moment when that
+        touches nothing: the query idle between triggers, or a batch done with its
+        work and resting at the end of :meth:`commit_batch` (a held batch is released
+        first). Past the grace, Spark interrupts the batch under way: it fails with
         :class:`StoppedMidBatch`, which Spark takes for the stop, and is replayed from
         the checkpoint at the next start. Spark's stop waits for the query's thread to
         end, so nothing of the query runs on when this returns, and the session may be
@@ -415,8 +443,13 @@ class SinkJob:
         self.resume()
         if self.query is not None:
             deadline = time.monotonic() + batch_grace
-            while self.query.status["isTriggerActive"] and time.monotonic() < deadline:
+            while (
+                not self._at_rest.is_set()
+                and self.query.status["isTriggerActive"]
+                and time.monotonic() < deadline
+            ):
                 time.sleep(STOP_POLL)
+            self._stop_issued.set()
             self.query.stop()
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
