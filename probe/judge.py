@@ -271,6 +271,12 @@ _STATE_VERSION = 1
 # Given-up canaries remembered per stream (see StreamState.failed): more than the
 # rounds a send timeout can span at any sane interval, few enough for 10,000 streams.
 _FAILED_KEPT = 32
+# How long a given-up canary is remembered at least (its loss deadline, if later): a
+# produce given up on can reach the log long after, when the connection it sat in
+# heals (the request queued behind a partitioned link, a paused broker). Measured in
+# kafka-broker-blackhole: canaries given up on in the first seconds of a 60 s
+# blackhole were written when it lifted, and read as duplicates once forgotten.
+_FAILED_REMEMBERED_NS = 10 * 60 * 1_000_000_000
 
 
 @dataclass(slots=True)
@@ -297,8 +303,8 @@ class StreamState:
     freshest_ns: int | None = None  # produced_ns of the freshest canary that got a fate
     jumped: int | None = None  # seq of the last `sequence_jump` of `incarnation`, if any
     # Canaries declared produce_failed, as (incarnation, seq, produced_ns), oldest first:
-    # one may still arrive (see "produce_failed"), within the client's own timeout of
-    # giving up; kept until their loss deadline, and never more than _FAILED_KEPT.
+    # one may still arrive (see "produce_failed"), even long after; kept until their
+    # loss deadline or _FAILED_REMEMBERED_NS, the later, and never more than _FAILED_KEPT.
     failed: dict[tuple[int, int, int], None] = field(default_factory=dict)
     pending: dict[_Ident, int] = field(default_factory=dict)  # -> deadline_ns
     decided: dict[_Ident, bool] = field(default_factory=dict)  # -> True if declared lost
@@ -384,9 +390,10 @@ class StreamState:
         Scans all pending entries: this is the tick, not the per-event path.
         Findings come ordered by (incarnation, seq).
         """
-        # Given-up canaries past their loss deadline will not come any more; they were
-        # added in produce order, so the old ones are at the front.
-        while self.failed and next(iter(self.failed))[2] + policy.loss_timeout_ns <= now_ns:
+        # Given-up canaries past their horizon are let go; they were added in produce
+        # order, so the old ones are at the front.
+        horizon_ns = max(policy.loss_timeout_ns, _FAILED_REMEMBERED_NS)
+        while self.failed and next(iter(self.failed))[2] + horizon_ns <= now_ns:
             del self.failed[next(iter(self.failed))]
         due = sorted(ident for ident, deadline in self.pending.items() if deadline <= now_ns)
         for ident in due:

@@ -328,12 +328,17 @@ def test_scenario_survives_export_import_at_every_point(
         assert found == expected, f"split at {split}"
 
 
-def test_produce_failed_arms_no_deadline_and_is_forgotten_past_its_loss_deadline() -> None:
+def test_produce_failed_arms_no_deadline_and_is_remembered_ten_minutes() -> None:
     judge = Judge(POLICY, own=OWN)
     found = run(judge, [Ev("fail", 0, 1, produced=1), Ev("fail", 0, 150, produced=150)])
     assert found == [("produce_failed", 0), ("produce_failed", 0)]
     assert judge.pending_count() == 0
-    assert run(judge, [tick(201)]) == []  # loss timeout 200: the first one is forgotten
+    # Past the loss timeout (200) both are still remembered: a produce given up on may
+    # reach the log when a partitioned connection heals, minutes later.
+    assert run(judge, [tick(201)]) == []
+    assert judge.export_state(KEY0)["failed"] == [[INC, 0, 1], [INC, 0, 150]]  # type: ignore[index]
+    ten_minutes = 600 * 10**9
+    assert run(judge, [tick(ten_minutes + 1)]) == []  # the first one is let go
     state = judge.export_state(KEY0)
     assert state is not None
     assert state["failed"] == [[INC, 0, 150]]
