@@ -7,8 +7,9 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,8 +21,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from prometheus_client import CollectorRegistry, generate_latest
-from pyspark.sql import Row, SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql import DataFrame, Row, SparkSession
 
 from probe import tracing
 from probe.canary import Canary, encode
@@ -30,9 +30,10 @@ from probe.embedded import EmbeddedBroker
 from probe.judge import Anomaly, AnomalyKind, Fate, Outcome, StreamKey
 from probe.keys import KeyRing, generate_key_ring
 from probe.report import Tally
+from probe.spark import sink as sink_module
 from probe.spark.health import SparkHealth, source_lag
 from probe.spark.rows import at_commit, finding_of, finding_row
-from probe.spark.sink import SinkJob, SinkSettings
+from probe.spark.sink import SinkJob, SinkSettings, exact_frame
 from probe.target import TargetProbe
 from tests.conftest import KafkaBrokers, parse_samples, sample, until
 from tests.otlp_receiver import OtlpReceiver
@@ -266,29 +267,38 @@ async def test_a_batch_cut_short_by_the_stop_is_taken_for_the_stop_and_replayed(
     broker: EmbeddedBroker,
     topic: str,
     tmp_path: Path,
+    *,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A stop whose grace runs out interrupts the batch under way: the batch fails
-    with StoppedMidBatch, which Spark takes for the stop (the query ends without an
-    exception, py4j logs nothing), and the next start replays it from the checkpoint:
-    every canary judged once."""
+    """A batch whose Spark job runs after the stop interrupted the query's thread (a
+    stop past its grace, or one made as a batch starts) fails with StoppedMidBatch,
+    which Spark takes for the stop: the query ends without an exception, py4j logs
+    nothing, and the next start replays the batch from the checkpoint: every canary
+    judged once. The batch is made to start its job only once the stop is under way."""
     path = tmp_path / "sink"
     checkpoint = path / "_checkpoint"
+    began, go_on = threading.Event(), threading.Event()
+
+    def late_frame(batch: DataFrame) -> pd.DataFrame:
+        began.set()
+        go_on.wait(60)
+        return exact_frame(batch)
+
     async with pipeline(spark, broker, topic, path) as p:
         await p.probe.produce_round()
         await until(lambda: p.sink_fates() >= 3, within=120, what="first round in the sink")
         query = p.job.query
         assert query is not None
-        p.job.hold()
+        monkeypatch.setattr(sink_module, "exact_frame", late_frame)
         await p.probe.produce_round()
-        consumer = p.tally.stages[StageName.CONSUMER].outcomes
-        await until(
-            lambda: consumer[Outcome.DELIVERED.value] >= 6, within=30, what="round 2 in Kafka"
-        )
-        # A trigger stays active only while its batch is held: it read round 2.
-        await until(_active_for(query, 3.0), within=60, what="a batch held while it runs")
+        await until(began.is_set, within=60, what="a batch started")
         with caplog.at_level(logging.WARNING, logger="py4j"):
-            await asyncio.to_thread(p.job.stop, 0.0)  # no grace: released, then stopped
+            stopping = asyncio.create_task(asyncio.to_thread(p.job.stop, 0.0))
+            await until(lambda: not query.isActive, within=30, what="the query marked stopped")
+            go_on.set()
+            await stopping
+        monkeypatch.undo()
         assert query.exception() is None  # Spark took the failed batch for the stop
         assert not [r for r in caplog.records if r.name.startswith("py4j")]
         assert _last_batch(checkpoint / "offsets") > _last_batch(checkpoint / "commits")
@@ -301,21 +311,6 @@ async def test_a_batch_cut_short_by_the_stop_is_taken_for_the_stop_and_replayed(
     verdicts = spark.read.parquet(str(path / "verdicts")).filter("kind = 'fate'").collect()
     judged = sorted((r.partition, r.seq, r.outcome) for r in verdicts)
     assert judged == [(partition, seq, "delivered") for partition in range(3) for seq in range(2)]
-
-
-def _active_for(query: StreamingQuery, seconds: float) -> Callable[[], bool]:
-    """A condition: the query's trigger has been active for ``seconds`` on end (as
-    polled: Spark says whether one is active, not since when)."""
-    since: list[float] = []
-
-    def active() -> bool:
-        if not query.status["isTriggerActive"]:
-            since.clear()
-            return False
-        since[:] = since or [time.monotonic()]
-        return time.monotonic() - since[0] > seconds
-
-    return active
 
 
 def _last_batch(log: Path) -> int:
