@@ -19,6 +19,10 @@ The query, and the module each step lives in::
         fates    ▶ spans             (tracing.record_fate: `commit <topic>`, child of
                                       the canary's produce span, ending at the commit)
 
+With ``sink.source: kafka`` the first step is Spark's own connector instead
+(``format("kafka")``, options from probe.spark.kafka_connector): its partition, offset
+and value columns go into the same decode, judge and tables.
+
 The judge is the same pure :class:`probe.judge.Judge` the consumer stage uses, fed the
 batch's processing time, so a batch replayed after a failure is judged identically.
 Each batch writes its own ``batch_id=N`` directory with overwrite, so a replayed batch
