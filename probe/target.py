@@ -245,8 +245,9 @@ class TargetProbe:
             self.target,
             list(leaderless),
             plan.grow_to,
-            {change.partition: list(change.replicas) for change in plan.reassign},
-            list(plan.elect),
+            # Summaries: a 10,000-partition topic may move thousands at once.
+            partitions_summary(change.partition for change in plan.reassign),
+            partitions_summary(plan.elect),
         )
         problems = await transport.spread_leaders(plan)
         if problems:
