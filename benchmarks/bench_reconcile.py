@@ -23,7 +23,17 @@ reading the topic with the sla_kafka batch reader, reading the table, the join a
 the per-window counts, the samples), in one Spark session (``local[2]``, as
 ``sink_session`` builds it) started before the clock; the first run also starts
 Spark's Python workers, the second shows the steady rate. Printed per run: records/s
-(source records reconciled per second of the run), and the run's windows.
+(source records reconciled per second of the run), the run's windows, and the CPU
+seconds of the whole process tree (Spark's JVM and Python workers): on a shared
+machine, steadier than the wall time.
+
+**The floor**, printed beside: one confluent-kafka consumer (librdkafka) reading the
+same topic from the same broker, every partition from its first offset to its end,
+timed before the runs and after them (the median of the two); each run is printed as
+a ratio of it and as the seconds above it. CPU seconds are the process tree's, the
+embedded broker's included (it is this process's child) on both sides. The floor is
+what any reader of the topic pays on this machine; the job adds the table, the join
+and Spark.
 """
 
 from __future__ import annotations
@@ -31,13 +41,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from probe.canary import Canary, encode
@@ -140,6 +151,72 @@ def write_table(rows: list[dict[str, object]], path: Path, schema: pa.Schema) ->
         pq.write_table(chunk, directory / "part-00000.parquet")
 
 
+def tree_cpu_seconds() -> float:
+    """CPU seconds used so far by this process and every process under it (Spark's
+    JVM, its Python workers), those already reaped included."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        parents[int(entry)] = int(fields[1])
+        # utime, stime, and the children's it reaped: cutime, cstime.
+        times[int(entry)] = sum(int(f) for f in fields[11:15]) / tick
+    tree, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in tree:
+                tree.add(pid)
+                frontier.append(pid)
+    return sum(times.get(pid, 0.0) for pid in tree)
+
+
+def floor_read(broker: EmbeddedBroker) -> tuple[int, float, float]:
+    """A bare confluent-kafka read of the whole topic: (records, wall s, CPU s of the
+    process tree: the broker's serving included, as in the runs)."""
+    wall, cpu = time.perf_counter(), tree_cpu_seconds()
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": "bench-reconcile-floor",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "allow.auto.create.topics": False,
+            "fetch.wait.max.ms": 20,
+        }
+    )
+    try:
+        partitions = sorted(consumer.list_topics(TOPIC, timeout=30).topics[TOPIC].partitions)
+        ends = {
+            tp.partition: tp.offset
+            for tp in consumer.offsets_for_times(
+                [TopicPartition(TOPIC, p, -1) for p in partitions], 30
+            )
+        }
+        owed = {p for p, end in ends.items() if end > 0}
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in owed])
+        read = 0
+        while owed:
+            for message in consumer.consume(10_000, 0.1):
+                error = message.error()
+                if error is None:
+                    read += 1
+                    if message.offset() + 1 >= ends[message.partition()]:
+                        owed.discard(message.partition())
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    owed.discard(message.partition())
+    finally:
+        consumer.close()
+    return read, time.perf_counter() - wall, tree_cpu_seconds() - cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -160,6 +237,7 @@ def main() -> None:
             f"fixtures: {args.records:,} records produced in {produced_s:.1f}s, "
             f"table written in {time.monotonic() - started - produced_s:.1f}s"
         )
+        floors = [floor_read(broker)]
         spark = sink_session("local[2]", app_name="bench-reconcile")
         settings = ReconcileSettings(
             bootstrap_servers=broker.bootstrap_servers,
@@ -175,8 +253,12 @@ def main() -> None:
         job = ReconcileJob(spark, settings, lambda: time.time_ns() // 1_000_000 + 10_000)
         # The first run in a session also starts Spark's Python workers; the second
         # shows the steady rate a `--every` service reconciles at.
+        runs = []
         for attempt in ("first run", "second run"):
+            cpu = tree_cpu_seconds()
             run = job.run(f"bench-{attempt.split()[0]}")
+            cpu = tree_cpu_seconds() - cpu
+            runs.append((attempt, run.duration_s, cpu))
             records = run.records()
             source = sum(w.tally.source for w in run.windows)
             statuses = run.windows_by_status()
@@ -187,6 +269,20 @@ def main() -> None:
                 f"{args.window_offsets:,} offsets: {statuses[WindowStatus.COMPLETE]} complete, "
                 f"{statuses[WindowStatus.MISMATCH]} mismatched; matched "
                 f"{records['matched']:,}, missing {records['missing']:,})"
+            )
+        floors.append(floor_read(broker))
+        records = floors[0][0]
+        floor_s = statistics.median(f[1] for f in floors)
+        floor_cpu = statistics.median(f[2] for f in floors)
+        print(
+            f"floor: one confluent-kafka consumer reads the {records:,} records in "
+            f"{floor_s:.1f}s ({floor_cpu:.1f} CPU-s), median of {len(floors)}"
+        )
+        for attempt, duration_s, cpu in runs:
+            print(
+                f"{attempt}: {duration_s / floor_s:.1f}x the floor, "
+                f"{duration_s - floor_s:+.1f}s above it; {cpu:.1f} CPU-s (Spark's JVM and "
+                f"Python workers included), {cpu / floor_cpu:.0f}x the floor's"
             )
         print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Spark local[2]")
         spark.stop()
