@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from enum import StrEnum
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -109,46 +110,46 @@ def window_checksum(total: Decimal | int | None) -> str:
 
 def decode_canaries(
     keyring_json: str, max_size: int, probe_id: str
-) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
-    """The executor-side decoder (mapInPandas) of the canary format: each record's
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The executor-side decoder (mapInArrow) of the canary format: each record's
     canonical fields, and whether the sink stage keeps it in canaries/.
 
-    It classifies with the stages' own function, so a record the sink rejects, counts
-    as foreign, or judges misrouted (read from another partition than it names) is
-    not expected in the table. Never raises for hostile bytes.
+    It classifies as the stages do (a batch at a time, probe.spark.verify), so a
+    record the sink rejects, counts as foreign, or judges misrouted (read from another
+    partition than it names) is not expected in the table. Never raises for hostile
+    bytes.
     """
 
-    def decode_frames(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        from probe.canary import Canary  # noqa: PLC0415 - runs on the executors
-        from probe.keys import KeyRing  # noqa: PLC0415
-        from probe.spark.rows import typed_frame  # noqa: PLC0415
-        from probe.stage import classify  # noqa: PLC0415
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from probe.keys import KeyRing  # noqa: PLC0415 - runs on the executors
+        from probe.spark.verify import verify  # noqa: PLC0415
 
         keyring = KeyRing.from_json(keyring_json)
-        for frame in frames:
-            rows: list[dict[str, object]] = []
-            for kafka_partition, offset, value in zip(
-                frame["partition"], frame["offset"], frame["value"], strict=True
-            ):
-                payload = bytes(value) if value is not None else b""
-                verdict = classify(payload, keyring, probe_id, max_size=max_size)
-                kept = isinstance(verdict, Canary) and verdict.partition == kafka_partition
-                row: dict[str, object] = dict.fromkeys(CANARY_FIELDS.fieldNames())
-                if isinstance(verdict, Canary) and kept:
-                    row.update(
-                        probe_id=verdict.probe_id,
-                        incarnation=verdict.incarnation,
-                        target=verdict.target,
-                        partition=verdict.partition,
-                        seq=verdict.seq,
-                        produced_ns=verdict.produced_ns,
-                        trace_context=verdict.trace_context,
-                    )
-                row.update(
-                    kafka_partition=int(kafka_partition), kafka_offset=int(offset), in_table=kept
-                )
-                rows.append(row)
-            # Exact integers: a frame mixing canaries and other records has nulls.
-            yield typed_frame(rows, DECODED_CANARY)
+        for batch in batches:
+            kafka_partition = batch.column("partition").cast(pa.int32())
+            verdicts = verify(batch.column("value"), keyring, probe_id, max_size=max_size)
+            kept = pc.fill_null(
+                pc.and_(pa.array(verdicts.canary), pc.equal(verdicts.partition, kafka_partition)),
+                False,
+            )
 
-    return decode_frames
+            def only_kept(column: pa.Array, kept: pa.Array = kept) -> pa.Array:
+                return pc.if_else(kept, column, pa.scalar(None, column.type))
+
+            yield pa.RecordBatch.from_arrays(
+                [
+                    kafka_partition,
+                    batch.column("offset").cast(pa.int64()),
+                    kept,
+                    only_kept(verdicts.probe_id),
+                    only_kept(verdicts.incarnation),
+                    only_kept(verdicts.target),
+                    only_kept(verdicts.partition),
+                    only_kept(verdicts.seq),
+                    only_kept(verdicts.produced_ns),
+                    only_kept(verdicts.trace_context),
+                ],
+                names=DECODED_CANARY.fieldNames(),
+            )
+
+    return decode

@@ -396,7 +396,7 @@ class ReconcileJob:
         raw = reader.load()
         if s.record_format is RecordFormat.CANARY:
             assert s.keyring_json is not None
-            decoded = raw.select("partition", "offset", "value").mapInPandas(
+            decoded = raw.select("partition", "offset", "value").mapInArrow(
                 decode_canaries(s.keyring_json, s.max_size, s.probe_id), DECODED_CANARY
             )
             canonical = [F.col(f"`{f.name}`").cast(f.dataType) for f in CANARY_FIELDS.fields]

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -28,6 +30,7 @@ from pyspark.sql.types import (
 from probe.canary import Canary
 from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Outcome, StreamKey, arrival_outcome
 from probe.keys import KeyRing
+from probe.spark.verify import verify
 
 DECODED = StructType(
     [
@@ -101,94 +104,90 @@ def typed_frame(rows: Sequence[Mapping[str, object]], schema: StructType) -> pd.
 
 def decode_batches(
     keyring_json: str, max_size: int, probe_id: str
-) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
-    """The executor-side decoder for mapInPandas. Never raises for hostile bytes.
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The executor-side decoder for mapInArrow: Arrow batches of the source's
+    ``partition``, ``offset`` and ``value`` in, :data:`DECODED` batches out. Never
+    raises for hostile bytes.
 
     Records are classified exactly as the other stages classify them (foreign, invalid
-    with a reason, or a verified canary); ``reason`` carries the verdict of a record
-    that is not judged: a :class:`RejectReason`, ``foreign``, or ``misrouted`` for a
-    verified canary read from another Kafka partition than the one it names.
+    with a reason, or a verified canary), a batch at a time (probe.spark.verify);
+    ``reason`` carries the verdict of a record that is not judged: a
+    :class:`RejectReason`, ``foreign``, or ``misrouted`` for a verified canary read from
+    another Kafka partition than the one it names.
     """
 
-    def decode_frames(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        from probe.canary import Canary  # noqa: PLC0415 - runs on the executors
-        from probe.stage import classify  # noqa: PLC0415
-
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keyring = KeyRing.from_json(keyring_json)
-        for frame in frames:
-            rows = []
-            for kafka_partition, offset, value in zip(
-                frame["partition"], frame["offset"], frame["value"], strict=True
-            ):
-                payload = bytes(value) if value is not None else b""
-                verdict = classify(payload, keyring, probe_id, max_size=max_size)
-                if verdict is None:
-                    rows.append(_unjudged_row(FOREIGN, None, int(kafka_partition), int(offset)))
-                    continue
-                if not isinstance(verdict, Canary):
-                    rows.append(
-                        _unjudged_row(
-                            verdict.reason.value,
-                            verdict.claimed_probe_id,
-                            int(kafka_partition),
-                            int(offset),
-                            # A record too large to be a canary is not worth keeping whole.
-                            payload[:65536],
-                        )
-                    )
-                    continue
-                rows.append(
-                    {
-                        "probe_id": verdict.probe_id,
-                        "target": verdict.target,
-                        "partition": verdict.partition,
-                        "incarnation": verdict.incarnation,
-                        "seq": verdict.seq,
-                        "produced_ns": verdict.produced_ns,
-                        "produced_at": _event_time(verdict.produced_ns),
-                        "trace_context": verdict.trace_context,
-                        # A verified canary naming another partition than the one it
-                        # was read from was forged or replayed there: not judged.
-                        "reason": None if verdict.partition == kafka_partition else MISROUTED,
-                        "kafka_partition": int(kafka_partition),
-                        "kafka_offset": int(offset),
-                        "value": None,
-                    }
-                )
-            yield typed_frame(rows, DECODED)
+        for batch in batches:
+            yield decoded(batch, keyring, probe_id, max_size)
 
-    return decode_frames
+    return decode
 
 
+# DECODED in Arrow's terms, as decoded() builds it.
+DECODED_ARROW = pa.schema(
+    [
+        ("probe_id", pa.string()),
+        ("target", pa.string()),
+        ("partition", pa.int32()),
+        ("incarnation", pa.int64()),
+        ("seq", pa.int64()),
+        ("produced_ns", pa.int64()),
+        ("produced_at", pa.timestamp("us", tz="UTC")),
+        ("trace_context", pa.string()),
+        ("reason", pa.string()),
+        ("kafka_partition", pa.int32()),
+        ("kafka_offset", pa.int64()),
+        ("value", pa.binary()),
+    ]
+)
+# The most of a rejected record kept: a record too large to be a canary is not worth
+# keeping whole.
+KEPT_BYTES = 65536
 # Spark timestamps are microseconds; pandas' range ends in 2262.
 _MAX_EVENT_US = 9_000_000_000_000_000
 
 
-def _event_time(produced_ns: int) -> pd.Timestamp:
-    return pd.Timestamp(min(produced_ns // 1000, _MAX_EVENT_US), unit="us", tz="UTC")
-
-
-def _unjudged_row(
-    reason: str,
-    claimed_probe_id: str | None,
-    kafka_partition: int,
-    offset: int,
-    payload: bytes | None = None,
-) -> dict[str, object]:
-    return {
-        "probe_id": claimed_probe_id,
-        "target": None,
-        "partition": None,
-        "incarnation": None,
-        "seq": None,
-        "produced_ns": None,
-        "produced_at": None,
-        "trace_context": None,
-        "reason": reason,
-        "kafka_partition": kafka_partition,
-        "kafka_offset": offset,
-        "value": payload,
-    }
+def decoded(
+    batch: pa.RecordBatch, keyring: KeyRing, probe_id: str, max_size: int
+) -> pa.RecordBatch:
+    """One batch of the source's records as :data:`DECODED` rows (see decode_batches)."""
+    kafka_partition = batch.column("partition").cast(pa.int32())
+    values = batch.column("value")
+    verdicts = verify(values, keyring, probe_id, max_size=max_size)
+    canary = pa.array(verdicts.canary)
+    foreign = pa.array(verdicts.foreign)
+    rejected = pc.invert(pc.or_(canary, foreign))
+    # A verified canary naming another partition than the one it was read from was
+    # forged or replayed there: not judged.
+    misrouted = pc.fill_null(pc.not_equal(verdicts.partition, kafka_partition), False)
+    reason = pc.if_else(
+        canary,
+        pc.if_else(misrouted, pa.scalar(MISROUTED), pa.scalar(None, pa.string())),
+        pc.if_else(foreign, pa.scalar(FOREIGN), verdicts.reason),
+    )
+    produced_us = pc.min_element_wise(
+        pc.divide(verdicts.produced_ns, 1000), pa.scalar(_MAX_EVENT_US, pa.int64())
+    )
+    payload = pc.binary_slice(pc.fill_null(values.cast(pa.binary()), b""), 0, KEPT_BYTES)
+    return pa.RecordBatch.from_arrays(
+        [
+            # As claimed, unauthenticated, for a rejected record; none for a foreign one.
+            pc.if_else(canary, verdicts.probe_id, verdicts.claimed_probe_id),
+            verdicts.target,
+            verdicts.partition,
+            verdicts.incarnation,
+            verdicts.seq,
+            verdicts.produced_ns,
+            produced_us.cast(pa.timestamp("us", tz="UTC")),
+            verdicts.trace_context,
+            reason,
+            kafka_partition,
+            batch.column("offset").cast(pa.int64()),
+            pc.if_else(rejected, payload, pa.scalar(None, pa.binary())),
+        ],
+        schema=DECODED_ARROW,
+    )
 
 
 def rejected_out(row: Any) -> dict[str, object]:

@@ -3,7 +3,7 @@
 The query, and the module each step lives in::
 
     sla_kafka source (kafka_source) ─▶ decode + classify (rows.decode_batches, on the
-    executors, mapInPandas; the stages' own classify: foreign, invalid, misrouted)
+    executors, mapInArrow; the stages' own classify: foreign, invalid, misrouted)
         │ one branch: records that are not judged are grouped per Kafka partition
         ▼
     watermark(produced_at) ─▶ judge per (probe, target, partition)
@@ -331,7 +331,7 @@ class SinkJob:
     def build(self, starting_offsets: str | None = None) -> DataFrame:
         s = self.settings
         raw = self._records(starting_offsets)
-        decoded = raw.mapInPandas(
+        decoded = raw.mapInArrow(
             decode_batches(self._keyring.to_json(), s.max_size, s.probe_id), DECODED
         )
         valid = F.col("reason").isNull()
