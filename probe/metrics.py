@@ -508,6 +508,12 @@ class SinkQueryMetrics(Collector):
             if lag is not None:
                 self._lag = lag
 
+    def source_lag(self, records: int) -> None:
+        """The records of the topic the sink has not judged yet, measured now
+        (probe.spark.lag), whether or not a batch ran."""
+        with self._lock:
+            self._lag = records
+
     def up(self, running: bool) -> None:
         self.query_up.labels(self.target).set(1 if running else 0)
 
@@ -567,7 +573,8 @@ class SinkQueryMetrics(Collector):
         yield since_batch
         lag_family = GaugeMetricFamily(
             "synthetic_sla_spark_source_lag_records",
-            "Records between the source's latest and processed offsets.",
+            "Records in the topic the sink query has not judged yet: the log ends minus "
+            "the offsets it last committed, kept up to date while it fails or restarts.",
             labels=["target"],
         )
         lag_family.add_metric([self.target], float(lag or 0))

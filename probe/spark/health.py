@@ -7,7 +7,9 @@ and error rate miss:
 * ``synthetic_sla_watermark_skew_seconds`` - now minus the event-time watermark. It
   is computed at scrape time from the last watermark Spark reported, so it keeps
   rising while the query is stalled and no progress event arrives at all.
-* ``synthetic_sla_spark_source_lag_records`` - latest offsets minus processed offsets.
+* ``synthetic_sla_spark_source_lag_records`` - records in the topic not judged yet: the
+  log ends minus the offsets the query last committed (probe.spark.lag), refreshed by
+  the probe itself while no batch completes (the query failing, restarting, stuck).
 * ``synthetic_sla_spark_batch_duration_seconds`` - wall time of each micro-batch.
 * ``synthetic_sla_spark_trigger_overruns_total`` - batches longer than the trigger
   interval (backpressure: the query cannot keep up with its own schedule).
@@ -36,6 +38,7 @@ from prometheus_client import CollectorRegistry
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from probe.metrics import SinkQueryMetrics
+from probe.spark.lag import SourceLag
 
 # Spark's error classes (``[CLASS_NAME]`` in its messages) by the restart reason they
 # mean, as prefixes; the first class in a message that has a family decides.
@@ -168,6 +171,9 @@ class SparkHealth:
         self.target = target
         self.trigger_s = trigger_s
         self.metrics = SinkQueryMetrics(registry, target, clock_ns, skew_threshold_s)
+        # Set by the sink stage: then the lag is the log ends against the committed
+        # offsets, kept up to date between batches; else only progress tells it.
+        self.lag: SourceLag | None = None
 
     def on_progress(self, progress: Any) -> None:
         """Apply one StreamingQueryProgress (from the listener or `lastProgress`)."""
@@ -184,10 +190,13 @@ class SparkHealth:
             watermark_ns=parse_spark_time((progress.eventTime or {}).get("watermark")) or None,
             lag=(
                 sum(source_lag(s.latestOffset, s.endOffset) or 0 for s in sources)
-                if sources
+                if sources and self.lag is None
                 else None
             ),
         )
+        if self.lag is not None and sources:
+            # The sink reads one source: its listed ends and the offsets just committed.
+            self.lag.progress(sources[0].latestOffset, sources[0].endOffset)
 
 
 class HealthListener(StreamingQueryListener):

@@ -61,6 +61,7 @@ from probe.spark.health import HealthListener, SparkHealth
 from probe.spark.judge_operator import JudgeProcessor
 from probe.spark.kafka_connector import CONNECTOR_NAME, stream_options
 from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamReader, KafkaStreamSource
+from probe.spark.lag import START_FILE
 from probe.spark.rows import (
     DECODED,
     JUDGED,
@@ -77,8 +78,6 @@ log = logging.getLogger(__name__)
 # The canary's integer fields in DECODED (see SinkJob.build).
 _CANARY_INTEGERS = ("partition", "incarnation", "seq", "produced_ns")
 
-# In the checkpoint: the source's offsets when the query first started (pin_start).
-START_FILE = "sla_kafka_start.json"
 # How long a stop lets a batch under way finish before it interrupts it (SinkJob.stop):
 # with Spark's own stop after it, within the 10 s a container runtime gives by default.
 STOP_BATCH_GRACE = 5.0

@@ -34,6 +34,7 @@ from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics
 from probe.restarts import RestartState, RestartStrategy, after_failure
 from probe.spark.health import SparkHealth, failure_reason, failure_summary
+from probe.spark.lag import SourceLag
 from probe.spark.session import starts_own_jvm
 from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
 from probe.stage import Recorder
@@ -57,6 +58,8 @@ ONCE_FIRST_BATCH_TIMEOUT = 180.0
 WARMUP_TIMEOUT = 120.0
 # How often a running query and Spark's JVM are checked: a dead query is seen within it.
 WATCH_INTERVAL = 2.0
+# How often the source lag is measured while no progress brings it (probe.spark.lag).
+LAG_INTERVAL = 10.0
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,18 @@ class SparkSinkStage:
             if registry is not None
             else None
         )
+        if self.health is not None:
+            s = self.settings
+            self.health.lag = SourceLag(
+                {
+                    "bootstrap.servers": s.bootstrap_servers,
+                    "topic": s.topic,
+                    **{f"kafka.{name}": value for name, value in s.kafka_options.items()},
+                },
+                s.checkpoint_location,
+                self.health.metrics.source_lag,
+                every=LAG_INTERVAL,
+            )
         if metrics is not None:
             metrics.declare_stage(config.target, StageName.SINK, self.freshness)
         self.job: SinkJob | None = None
@@ -282,9 +297,35 @@ class SparkSinkStage:
         strategy = RestartStrategy.from_config(self._config.sink.restart)
         state = RestartState()
         timeout = self._config.sink.first_batch_timeout
+        lag = asyncio.create_task(self._measure_lag(stop))
+        try:
+            await self._supervise(target, stop, strategy, state, first_batch_within=timeout)
+        finally:
+            lag.cancel()
+
+    async def _measure_lag(self, stop: asyncio.Event) -> None:
+        """Keep the source lag measured, whatever the query does (probe.spark.lag)."""
+        if self.health is None or self.health.lag is None:
+            return
+        lag = self.health.lag
+        while not stop.is_set():
+            await asyncio.to_thread(lag.refresh)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), lag.every)
+        lag.close()
+
+    async def _supervise(
+        self,
+        target: TargetProbe,
+        stop: asyncio.Event,
+        strategy: RestartStrategy,
+        state: RestartState,
+        *,
+        first_batch_within: float | None,
+    ) -> None:
         while not stop.is_set():
             began = time.monotonic()
-            ended = await self._one_run(target, timeout, stop)
+            ended = await self._one_run(target, first_batch_within, stop)
             if ended is None:
                 return
             decision = after_failure(
