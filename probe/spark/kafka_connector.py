@@ -114,6 +114,10 @@ def _common(bootstrap_servers: str, kafka_options: Mapping[str, str]) -> dict[st
         # partitions of a record each, counted in 2 tasks: 27 s; at 20 ms 3 s; at 1 ms
         # 1.2 s). Apache Kafka answers as soon as the records are there.
         "kafka.fetch.max.wait.ms": FETCH_MAX_WAIT_MS,
+        # What only reads the topic must never create it: an executor's metadata
+        # request for a topic deleted meanwhile would have a broker that auto-creates
+        # topics make it anew, hiding from the consumer stage that its log started over.
+        "kafka.allow.auto.create.topics": "false",
         **client_options(kafka_options),
     }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,6 +23,8 @@ import yaml
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from click.testing import CliRunner
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import NewTopic as AdminTopic
 from pyspark.sql import SparkSession
 
 from probe.apache_kafka.cluster import KafkaCluster
@@ -144,6 +147,7 @@ def test_the_sink_reads_from_its_pinned_offsets_and_keeps_data_loss_the_judges()
     assert options["subscribe"] == "t"
     assert options["maxOffsetsPerTrigger"] == "10000"
     assert options["failOnDataLoss"] == "false"
+    assert options["kafka.allow.auto.create.topics"] == "false"
     assert "maxOffsetsPerTrigger" not in stream_options("k:9092", "t", "latest", None, {})
 
 
@@ -411,3 +415,77 @@ def test_reconcile_counts_each_discrepancy_alike_with_either_source(
     _, tally = by_window[(0, 0)]
     assert (tally.duplicated, tally.samples.duplicated) == (1, (7,))
     assert by_window[(0, 10)][0] is WindowStatus.COMPLETE
+
+
+# --- SASL end to end: a cluster that requires it ---------------------------------------
+
+USERS = {"probe": "probe-secret"}
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One Apache Kafka broker whose clients must log in with SASL/PLAIN."""
+    single = {
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+    }
+    workdir = tmp_path_factory.mktemp("kafka-sasl")
+    with KafkaCluster(1, workdir=workdir, settings=single, plain_users=USERS) as cluster:
+        yield cluster
+
+
+def _sasl_read(
+    spark: SparkSession, cluster: KafkaCluster, topic: str, password: str
+) -> list[tuple[int, int, bytes]]:
+    config = load(
+        overrides={
+            "kafka.bootstrap_servers": cluster.bootstrap_servers,
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.username": "probe",
+            "kafka.sasl.password": password,
+        }
+    )
+    options = batch_options(
+        cluster.bootstrap_servers,
+        topic,
+        {"0": 0},
+        {"0": 3},
+        min_partitions=1,
+        kafka_options=kafka_client_options(config.kafka),
+    )
+    # A wrong password is refused at once, not retried for the client's minute.
+    options["kafka.request.timeout.ms"] = "10000"
+    options["kafka.default.api.timeout.ms"] = "15000"
+    reader = spark.read.format("kafka")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    rows = reader.load().select("partition", "offset", "value").collect()
+    return sorted((r.partition, r.offset, bytes(r.value)) for r in rows)
+
+
+def test_the_connector_logs_in_with_the_probes_sasl_settings(
+    spark: SparkSession, sasl_broker: KafkaCluster, topic: str
+) -> None:
+    client = {
+        "bootstrap.servers": sasl_broker.bootstrap_servers,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "probe",
+        "sasl.password": USERS["probe"],
+    }
+    admin = AdminClient(client)
+    admin.create_topics([AdminTopic(topic, 1, 1)])[topic].result(60)
+    producer = Producer({**client, "linger.ms": 0})
+    for offset in range(3):
+        producer.produce(topic, f"r-0-{offset}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    assert _sasl_read(spark, sasl_broker, topic, USERS["probe"]) == [
+        (0, offset, f"r-0-{offset}".encode()) for offset in range(3)
+    ]
+    with pytest.raises(Exception, match=r"SaslAuthenticationException|Authentication failed"):
+        _sasl_read(spark, sasl_broker, topic, "wrong")
