@@ -605,10 +605,13 @@ class RangeReads:
         owed, finished, short = self.owed, self.finished, self.short
         partitions, offsets, stamps = self.partitions, self.offsets, self.stamps
         keys, values = self.keys, self.values
+        # Progress is a record or a log's end heard of; errors are not.
+        progressed = False
         for message in messages:
             if message.error() is not None:
-                self._error(message, now)
+                progressed |= self._error(message, now)
                 continue
+            progressed = True
             partition = message.partition()
             offset = message.offset()
             wanted = owed.get(partition)
@@ -629,23 +632,25 @@ class RangeReads:
             if offset + 1 >= wanted.end:
                 del owed[partition]
                 finished.append(partition)
-        if messages:
+        if progressed:
             self.progress_at = now
 
-    def _error(self, message: Any, now: float) -> None:
+    def _error(self, message: Any, now: float) -> bool:
+        """An error event: True for a log's end (progress), False for an error the
+        client retries (remembered); raises for one that reading on cannot cure."""
         error = message.error()
         code = error.code()
         partition = message.partition()
         if code == KafkaError._PARTITION_EOF:
             wanted = self.owed.get(partition)
             if wanted is None:
-                return
+                return True
             if message.offset() >= wanted.end:
                 del self.owed[partition]
                 self.finished.append(partition)
             else:
                 self.short.setdefault(partition, (now, message.offset()))
-            return
+            return True
         codec = _CODEC_FAILURE.search(error.str())
         if codec is not None:
             # Fetching again would fail the same way: the task (and so the query)
@@ -662,6 +667,7 @@ class RangeReads:
         # Brokers away, leaders moving: the client retries; the read waits, and says
         # what it last heard should it time out.
         self.last_error = error.str()
+        return False
 
     def end_short(self, now: float, grace: float) -> None:
         """Ends the ranges whose log has ended before them for ``grace`` seconds."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
@@ -22,6 +22,7 @@ from probe.spark.kafka_source import (
     KafkaStreamReader,
     KafkaStreamSource,
     OffsetRange,
+    RangeReads,
     admit,
     group_ranges,
     read_ranges,
@@ -380,3 +381,37 @@ async def test_a_topic_gone_plans_no_batch_and_ends_a_read_of_it(
         f"topic {topic} not found; no batch until it exists",
         f"topic {topic}: 1 partition 0 gone while being read; their records are gone with them",
     ]
+
+
+def test_a_tasks_reads_end_each_range_at_its_end_and_count_only_progress() -> None:
+    """The read's bookkeeping, fed messages as librdkafka hands them over: a range
+    ends at its last record, at a record past its end or at a log's end past it;
+    records before a range's start are skipped; a log that ends short ends its range
+    only after the grace; an error the client retries is not progress."""
+    reads = RangeReads.of(
+        [OffsetRange("t", 0, 5, 7), OffsetRange("t", 1, 0, 4), OffsetRange("t", 2, 0, 3)],
+        now=0.0,
+    )
+    eof = KafkaError(KafkaError._PARTITION_EOF, "end")
+    reads.take(
+        [
+            Message(topic="t", partition=0, offset=4, value=b"before"),
+            Message(topic="t", partition=0, offset=5, value=b"a"),
+            Message(topic="t", partition=0, offset=6, value=b"b"),
+            Message(topic="t", partition=1, offset=9, value=b"past"),
+            Message(topic="t", partition=2, offset=1, error=eof),
+        ],
+        now=1.0,
+    )
+    assert reads.batch().column("value").to_pylist() == [b"a", b"b"]
+    assert sorted(reads.owed) == [2]
+    assert reads.finished == [0, 1]
+    retried = KafkaError(KafkaError._TRANSPORT, "broker away")
+    reads.take([Message(topic="t", partition=2, offset=-1, error=retried)], now=2.0)
+    assert reads.progress_at == 1.0
+    assert reads.last_error == "broker away"
+    reads.end_short(now=2.0, grace=3.0)
+    assert sorted(reads.owed) == [2]
+    reads.end_short(now=4.0, grace=3.0)
+    assert not reads.owed
+    assert reads.cut_short == {2: (1, 3)}
