@@ -930,7 +930,8 @@ class TopicOffsets:
     runner, a client is not). Each call asks the brokers once: the topic's metadata
     (that topic's alone), or one ListOffsets request per broker for any number of
     partitions. librdkafka matches each answer to its request by a linear search, so
-    a listing of 10,000 partitions costs about 0.4 CPU-seconds (measured,
+    a listing of 10,000 partitions' ends costs about half a CPU-second, metadata
+    included (kafka-python's listing of both ends and every topic's metadata: 0.4;
     benchmarks/bench_source_read.py), which is why beginnings are listed only when
     needed. Client failures are raised as TransportError.
     """
