@@ -45,8 +45,8 @@ def owed(ends: Mapping[str, int], committed: Mapping[str, int]) -> int:
     """Records between the committed offsets and the log ends, as the source would
     read them next.
 
-    >>> owed({"0": 10, "1": 4, "2": 3}, {"0": 7, "1": 9})
-    9
+    >>> owed({"0": 10, "1": 4, "2": 3}, {"0": 7, "1": 9})  # 3, 4 (started over), 3 (new)
+    10
     """
     total = 0
     for partition, end in ends.items():
