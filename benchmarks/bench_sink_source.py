@@ -71,7 +71,6 @@ from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST
 SOURCES = ("sla_kafka", "kafka")
 MASTER = "local[2]"
 PROBE_ID = "bench"
-JUDGED_WITHIN = 300.0  # a round's canaries without a sink verdict by then: broken
 RAW_SCHEMA = pa.schema(
     [("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()), ("value", pa.binary())]
 )
@@ -147,10 +146,11 @@ def _descendants(server: Any) -> set[int]:
     return pids
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Created in steps of the partitions Apache Kafka's controller takes per request."""
+def create_topic(bootstrap: str, topic: str, partitions: int, *, in_steps: bool) -> None:
+    """Created at once (the embedded broker has no CreatePartitions), or in steps of
+    the partitions Apache Kafka's controller takes per request."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    first = min(partitions, PARTITIONS_PER_REQUEST)
+    first = min(partitions, PARTITIONS_PER_REQUEST) if in_steps else partitions
     admin.create_topics([NewTopic(topic, first, 1)])[topic].result(120)
     grown = first
     while grown < partitions:
@@ -184,9 +184,19 @@ class _Verdicts(Tally):
         tally = self.stages.get(StageName.SINK)
         return sum(tally.outcomes.values()) if tally else 0
 
-    def wait_for(self, fates: int, timeout: float) -> bool:
-        with self._changed:
-            return self._changed.wait_for(lambda: self.fates() >= fates, timeout)
+    def wait_for(self, fates: int, timeout: float, job: SinkJob) -> bool:
+        """Until ``fates`` sink fates, ``timeout`` s, or the query ended (its error raised)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._changed:
+                if self._changed.wait_for(lambda: self.fates() >= fates, 2.0):
+                    return True
+            if job.query is not None and not job.query.isActive:
+                failure = job.query.exception()
+                raise RuntimeError(
+                    "the query ended: " + (str(failure).splitlines()[0] if failure else "stopped")
+                )
+        return False
 
 
 def produce_round(producer: Producer, topic: str, ring: KeyRing, partitions: int, seq: int) -> None:
@@ -245,8 +255,8 @@ def run_sink(  # noqa: PLR0917 - one case of the benchmark
     job.start()
     try:
         produce_round(producer, topic, ring, partitions, 0)  # the warm-up round
-        if not tally.wait_for(partitions, JUDGED_WITHIN):
-            raise TimeoutError(f"{source}: warm-up round not judged in {JUDGED_WITHIN:.0f}s")
+        if not tally.wait_for(partitions, args.judged_within, job):
+            raise TimeoutError(f"{source}: warm-up round not judged in {args.judged_within:.0f}s")
         sink = tally.stages[StageName.SINK]
         sink.latencies_ms.clear()
         query = job.query
@@ -265,7 +275,7 @@ def run_sink(  # noqa: PLR0917 - one case of the benchmark
             time.sleep(max(0.0, due - time.monotonic()))
             produce_round(producer, topic, ring, partitions, seq)
         expected = partitions * (args.rounds + 1)
-        tally.wait_for(expected, JUDGED_WITHIN)
+        tally.wait_for(expected, args.judged_within, job)
         cpu = tree_cpu(broker_pids) - cpu_before
         time.sleep(args.trigger)  # the last batch's progress
         progress = [p for p in query.recentProgress if p.batchId > warm_batch]
@@ -300,12 +310,12 @@ def sink_part(
     for partitions in args.partitions:
         topic = f"sink-source-{partitions}"
         began = time.monotonic()
-        create_topic(bootstrap, topic, partitions)
+        create_topic(bootstrap, topic, partitions, in_steps=args.broker != "embedded")
         print(f"\n== sink at {partitions:,} partitions (topic created in "
               f"{time.monotonic() - began:.0f}s), {args.rounds} rounds {args.interval:g}s apart, "
               f"trigger {args.trigger:g}s")  # fmt: skip
         figures: dict[str, SinkFigures] = {}
-        for source in SOURCES:
+        for source in args.sources:
             try:
                 figures[source] = run_sink(
                     spark, bootstrap, topic, partitions, source, args, workdir, broker_pids
@@ -394,7 +404,7 @@ def reconcile_part(
 ) -> None:
     topic = "sink-source-reconcile"
     began = time.monotonic()
-    create_topic(bootstrap, topic, args.reconcile_partitions)
+    create_topic(bootstrap, topic, args.reconcile_partitions, in_steps=False)
     rows = produce_raw(bootstrap, topic, args.records, args.reconcile_partitions)
     table = workdir / "raw-table"
     write_table(rows, table)
@@ -453,12 +463,21 @@ def main() -> None:
     parser.add_argument("--window-offsets", type=int, default=250_000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument(
+        "--sources", type=lambda text: text.split(","), default=list(SOURCES), help="sink part"
+    )
+    parser.add_argument(
+        "--judged-within",
+        type=float,
+        default=300.0,
+        help="seconds a round may take to be judged before the case is given up",
+    )
+    parser.add_argument(
         "--conf", action="append", default=[], metavar="K=V", help="a Spark setting (repeatable)"
     )
     args = parser.parse_args()
     print(
         f"bench_sink_source: {platform.node()}, {os.cpu_count()} cores, {MASTER}, "
-        f"broker {args.broker}, sources {' and '.join(SOURCES)}"
+        f"broker {args.broker}, sources {' and '.join(args.sources)}"
     )
     with tempfile.TemporaryDirectory(prefix="bench-sink-source-") as tmp:
         workdir = Path(tmp)

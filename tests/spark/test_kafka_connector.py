@@ -11,9 +11,11 @@ cluster that requires it.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,10 +29,11 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import NewTopic as AdminTopic
 from pyspark.sql import SparkSession
 
+import probe.spark.submit
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.cli import main
 from probe.config import load
-from probe.embedded import EmbeddedBroker
+from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.errors import ConfigError
 from probe.judge import Outcome
 from probe.reconcile.outcome import WindowStatus
@@ -41,8 +44,18 @@ from probe.spark.reconcile import ReconcileJob, ReconcileSettings
 from probe.spark.session import connector_conf
 from probe.spark.stage import kafka_client_options
 from probe.spark_kafka.jars import ENV, jar_paths, package_coordinate, session_jars
-from tests.conftest import SLA_PROBE, KafkaBrokers, until, wait_for
+from tests.conftest import (
+    SLA_PROBE,
+    KafkaBrokers,
+    RunningProbe,
+    http_status,
+    run_args,
+    until,
+    wait_for,
+)
+from tests.spark.cluster import SparkCluster
 from tests.spark.test_sink import pipeline
+from tests.spark.test_sink_service import _sink_delivered
 
 ROUNDS = 2
 
@@ -489,3 +502,91 @@ def test_the_connector_logs_in_with_the_probes_sasl_settings(
     ]
     with pytest.raises(Exception, match=r"SaslAuthenticationException|Authentication failed"):
         _sasl_read(spark, sasl_broker, topic, "wrong")
+
+
+# --- under spark-submit ------------------------------------------------------------------
+
+SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
+CLUSTER_UP = 420.0  # a cold cluster: an executor, then its Python workers
+
+
+def _sink_config(path: Path, brokers: KafkaBrokers, topic: str, sink_path: Path) -> int:
+    """A `sla-probe sink` config reading with the connector; returns its metrics port."""
+    port = free_loopback_port()
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": brokers.bootstrap_servers, "topic": topic},
+                "sink": {"master": None, "path": str(sink_path), "source": "kafka"},
+                "metrics": {"host": "127.0.0.1", "port": port},
+            }
+        )
+    )
+    return port
+
+
+def test_under_spark_submit_without_the_jars_the_sink_exits_2_saying_so(
+    broker: EmbeddedBroker, topic: str, key_file: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "sink.yaml"
+    _sink_config(config, broker, topic, tmp_path / "sink")
+    done = subprocess.run(
+        [SPARK_SUBMIT, "--master", "local[1]", probe.spark.submit.__file__,
+         "--config", str(config), "--signing-key-file", str(key_file)],
+        capture_output=True, text=True, timeout=180, check=False,
+        env={**_env(), "PYSPARK_DRIVER_PYTHON": sys.executable},
+    )  # fmt: skip
+    # spark-submit passes the Python driver's stderr on through its stdout.
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-3000:]
+    assert (
+        "sla-probe: config error: sink.source: kafka: Spark's Kafka connector is not on "
+        "spark-submit's classpath: pass --jars $(python -m probe.spark_kafka jars)"
+    ) in output
+
+
+def test_on_a_standalone_cluster_the_executors_read_with_the_jars_spark_submit_was_given(  # noqa: PLR0917 - fixtures
+    spark_cluster: SparkCluster,
+    broker: EmbeddedBroker,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+    tmp_path: Path,
+) -> None:
+    """README, "On a Spark cluster", with sink.source: kafka: the connector's jars on
+    spark-submit's command line reach the driver and the cluster's executor."""
+    producer = start_probe(*run_args(broker.bootstrap_servers, topic, key_file))
+    config = tmp_path / "sink.yaml"
+    port = _sink_config(config, broker, topic, tmp_path / "sink")
+    jars = jar_paths()
+    assert jars is not None, "run `make spark-kafka`"
+    log = tmp_path / "spark-submit.log"
+    python = sys.executable
+    sink = subprocess.Popen(
+        [SPARK_SUBMIT, "--master", spark_cluster.master_url,
+         "--driver-java-options", "-Xss4m",
+         "--conf", f"spark.pyspark.python={python}",
+         "--jars", ",".join(map(str, jars)),
+         probe.spark.submit.__file__,
+         "--config", str(config), "--signing-key-file", str(key_file)],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        env={**_env(), "PYSPARK_DRIVER_PYTHON": python},
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: sink.poll() is not None or _sink_delivered(port) >= 3,
+            timeout=CLUSTER_UP,
+            what="canaries delivered by the sink on the cluster",
+        )
+        assert sink.poll() is None, log.read_text()[-3000:]
+        assert http_status(port, "/readyz") == 200
+        assert spark_cluster.executors()  # the reads ran on the cluster's executor
+    finally:
+        producer.stop(timeout=30)
+        if sink.poll() is None:
+            sink.send_signal(signal.SIGTERM)
+            try:
+                sink.wait(60)
+            except subprocess.TimeoutExpired:
+                sink.kill()
+                sink.wait()
