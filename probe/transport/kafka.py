@@ -124,6 +124,12 @@ FOLLOW_ABOVE = 256
 # config rarely changes).
 TOPIC_CONFIG_EVERY = 300.0
 
+# How long a refresh waits on its admin lookups (min.insync.replicas, reassignments)
+# before going on with what the last ones found, as a share of the send timeout. They
+# only refine replica health; the refresh also moves the reader to new leaders and
+# covers new partitions, which must not wait on a controller that is gone.
+ADMIN_LOOKUP_SHARE = 0.1
+
 
 @dataclass(slots=True)
 class _Awaited:
@@ -205,6 +211,9 @@ class KafkaTransport:
         # controller last refused to say (asked again after TOPIC_CONFIG_EVERY).
         self._adding: dict[int, tuple[int, ...]] = {}
         self._reassignments_refused_at: float | None = None
+        # Both lookups run in one task that outlives a refresh when the controller is
+        # slow; at most one at a time.
+        self._admin_lookup: asyncio.Task[None] | None = None
 
     @staticmethod
     def _new_producer(options: Mapping[str, Any], *, idempotent: bool) -> AIOKafkaProducer:
@@ -265,9 +274,8 @@ class KafkaTransport:
         found = client.cluster.partitions_for_topic(self._topic)
         self._known = frozenset(found or ())
         if found:
-            await self._read_topic_config()
-            await self._read_reassignments(client.cluster)
             await self._follow_leaders(client.cluster)
+            await self._look_up_topic_state(client.cluster)
         if not found and self._assigned:
             # The topic is gone (deleted, or a broker that lost its storage): whatever
             # has this name next is a new log.
@@ -299,6 +307,46 @@ class KafkaTransport:
             )
         await self.ensure_topic(self._config.partitions, self._config.replication_factor)
 
+    async def _look_up_topic_state(self, cluster: Any) -> None:
+        """Ask the admin API what the metadata does not say (min.insync.replicas, the
+        replicas a reassignment adds), waiting at most ADMIN_LOOKUP_SHARE of the send
+        timeout; a lookup still under way then finishes in the background, and the
+        refresh goes on with what the last one found.
+
+        A lookup that times out drops the admin client: aiokafka's keeps sending to
+        the controller its last metadata named, and after an unclean election or a
+        controller lost that broker may be gone for good. The next lookup bootstraps
+        anew. Held inside the refresh, such a lookup once kept the reader from ever
+        following its partitions' new leaders (the refresh timed out every round).
+        """
+        if self._admin_lookup is None or self._admin_lookup.done():
+            records = getattr(cluster, "_partitions", {}).get(self._topic) or {}
+            outside = sorted(p for p, r in records.items() if len(r.isr) < len(r.replicas))
+            self._admin_lookup = asyncio.create_task(
+                self._look_up(outside), name=f"admin lookup {self._topic}"
+            )
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(ADMIN_LOOKUP_SHARE * self._config.send_timeout):
+                await asyncio.shield(self._admin_lookup)
+
+    async def _look_up(self, outside: list[int]) -> None:
+        try:
+            async with asyncio.timeout(self._config.send_timeout):
+                await self._read_topic_config()
+                await self._read_reassignments(outside)
+        except TimeoutError:
+            log.debug("topic %s: admin lookup timed out; a new admin client next", self._topic)
+            await self._drop_admin()
+
+    async def _drop_admin(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            try:
+                async with asyncio.timeout(1.0):
+                    await admin.close()
+            except (KafkaError, TimeoutError) as exc:
+                log.debug("close: %s", exc)
+
     async def _read_topic_config(self) -> None:
         """Ask for the topic's min.insync.replicas, at most every TOPIC_CONFIG_EVERY.
 
@@ -311,18 +359,17 @@ class KafkaTransport:
             return
         self._config_read_at = now
         try:
-            async with asyncio.timeout(self._config.send_timeout):
-                admin = await self._admin_client()
-                resource = ConfigResource(
-                    ConfigResourceType.TOPIC, self._topic, {"min.insync.replicas": None}
-                )
-                responses = await admin.describe_configs([resource])
-        except (KafkaError, TimeoutError, TypeError, ValueError) as exc:
+            admin = await self._admin_client()
+            resource = ConfigResource(
+                ConfigResourceType.TOPIC, self._topic, {"min.insync.replicas": None}
+            )
+            responses = await admin.describe_configs([resource])
+        except (KafkaError, TypeError, ValueError) as exc:
             log.debug("topic %s: min.insync.replicas unknown: %r", self._topic, exc)
             return
         self._min_insync = min_insync_of(responses)
 
-    async def _read_reassignments(self, cluster: Any) -> None:
+    async def _read_reassignments(self, outside: list[int]) -> None:
         """Which replicas out of an ISR a reassignment is adding, asked only while
         some replica is out of one (the rest of the time nothing is asked).
 
@@ -330,8 +377,6 @@ class KafkaTransport:
         a reassignment's new replicas count as out of sync, as lagging ones do: said
         once, asked again after TOPIC_CONFIG_EVERY. Never fails the refresh.
         """
-        records = getattr(cluster, "_partitions", {}).get(self._topic) or {}
-        outside = [p for p, r in records.items() if len(r.isr) < len(r.replicas)]
         if not outside:
             self._adding = {}
             return
@@ -340,10 +385,9 @@ class KafkaTransport:
         if refused is not None and now - refused < TOPIC_CONFIG_EVERY:
             return
         try:
-            async with asyncio.timeout(self._config.send_timeout):
-                admin = await self._admin_client()
-                self._adding = await replicas_being_added(admin, self._topic, sorted(outside))
-        except (KafkaError, TimeoutError, TypeError, ValueError) as exc:
+            admin = await self._admin_client()
+            self._adding = await replicas_being_added(admin, self._topic, outside)
+        except (KafkaError, TypeError, ValueError) as exc:
             if refused is None:
                 log.info(
                     "topic %s: cannot list partition reassignments (%r): replicas a "
@@ -770,15 +814,9 @@ class KafkaTransport:
                     raise
                 log.debug("close: a client task was cancelled while stopping")
 
-        async def stop_admin() -> None:
-            if self._admin is not None:
-                try:
-                    async with asyncio.timeout(1.0):
-                        await self._admin.close()
-                except (KafkaError, TimeoutError) as exc:
-                    log.debug("close: %s", exc)
-
-        await asyncio.gather(stop(self._consumer), stop(self._producer), stop_admin())
+        if self._admin_lookup is not None:
+            self._admin_lookup.cancel()
+        await asyncio.gather(stop(self._consumer), stop(self._producer), self._drop_admin())
 
     def _tp(self, partition: int) -> TopicPartition:
         return TopicPartition(self._topic, partition)
