@@ -146,12 +146,14 @@ def _descendants(server: Any) -> set[int]:
     return pids
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, *, in_steps: bool) -> None:
-    """Created at once (the embedded broker has no CreatePartitions), or in steps of
-    the partitions Apache Kafka's controller takes per request."""
+def create_topic(bootstrap: str, topic: str, partitions: int, *, apache_kafka: bool) -> None:
+    """Created at once on the embedded broker (it has no CreatePartitions); on Apache
+    Kafka's cluster with replication factor 3 (its min.insync.replicas is 2), in steps
+    of the partitions its controller takes per request."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    first = min(partitions, PARTITIONS_PER_REQUEST) if in_steps else partitions
-    admin.create_topics([NewTopic(topic, first, 1)])[topic].result(120)
+    first = min(partitions, PARTITIONS_PER_REQUEST) if apache_kafka else partitions
+    replicas = 3 if apache_kafka else 1
+    admin.create_topics([NewTopic(topic, first, replicas)])[topic].result(120)
     grown = first
     while grown < partitions:
         from confluent_kafka.admin import NewPartitions  # noqa: PLC0415
@@ -310,7 +312,7 @@ def sink_part(
     for partitions in args.partitions:
         topic = f"sink-source-{partitions}"
         began = time.monotonic()
-        create_topic(bootstrap, topic, partitions, in_steps=args.broker != "embedded")
+        create_topic(bootstrap, topic, partitions, apache_kafka=args.broker != "embedded")
         print(f"\n== sink at {partitions:,} partitions (topic created in "
               f"{time.monotonic() - began:.0f}s), {args.rounds} rounds {args.interval:g}s apart, "
               f"trigger {args.trigger:g}s")  # fmt: skip
@@ -404,7 +406,9 @@ def reconcile_part(
 ) -> None:
     topic = "sink-source-reconcile"
     began = time.monotonic()
-    create_topic(bootstrap, topic, args.reconcile_partitions, in_steps=False)
+    create_topic(
+        bootstrap, topic, args.reconcile_partitions, apache_kafka=args.broker != "embedded"
+    )
     rows = produce_raw(bootstrap, topic, args.records, args.reconcile_partitions)
     table = workdir / "raw-table"
     write_table(rows, table)
