@@ -34,8 +34,9 @@ Fates -- exactly one per canary per stage, never two
     that the client wrote after all): it then shares its seq with its successor, but
     not its produce time. Its arrival is ``resurrected`` (it stays produce_failed) and
     the successor gets its own fate. A stage that never hears of produce failures
-    (the Spark sink) cannot tell the two apart: there the second to arrive counts as
-    ``duplicate``.
+    (the Spark sink) tells the two apart by their produce times once both arrived:
+    the first to arrive gets the seq's fate, the second is ``resurrected`` (see
+    *Re-reads*).
 
 Anomalies -- reported beside the fates, never instead of a first fate
 ---------------------------------------------------------------------
@@ -100,6 +101,24 @@ canary that is pending gets its fate normally, one remembered as lost is
 nothing: that sequence is no longer tracked, so whether it was already judged cannot be
 told.
 
+Re-reads
+--------
+A reader that moves back (the Spark sink's source after a log was truncated, by an
+unclean leader election: the new leader's log ends before the sink's position, and
+what it holds below that end is partly history already read, partly new) reads some
+records a second time. A canary that arrives again *at the offset it was first read
+at* is that same record, not a second write of it (a producer's retry lands at another
+offset): :meth:`Judge.was_read_at` says so, and the stage skips it before judging. Only
+the offsets of the newest ``READ_AT_KEPT`` canaries read per stream are kept, so a
+reader must never move back further than that many records of a partition.
+
+The produce times of those canaries are kept too, for a stage that never hears of
+produce failures (the Spark sink): a canary whose produce was given up on and that
+the client wrote after all shares its seq with its successor, but not its produce
+time. A second arrival of a seq with another produce time is therefore ``resurrected``
+(as the consumer stage, which knows of the failure, says), not ``duplicate``: the first
+of the two to arrive got the seq's fate.
+
 Staleness
 ---------
 Per stream: ``now_ns`` minus the produce time of the freshest canary that arrived with a
@@ -128,6 +147,7 @@ from enum import StrEnum
 from probe.canary import Canary
 
 __all__ = [
+    "READ_AT_KEPT",
     "Anomaly",
     "AnomalyKind",
     "Fate",
@@ -268,6 +288,11 @@ def arrival_outcome(latency_ns: int, freshness_ns: int) -> Outcome:
 _Ident = tuple[int, int]  # (incarnation, seq)
 
 _STATE_VERSION = 1
+# Offsets of the newest canaries read, per stream (see "Re-reads"): how far back a
+# reader may move and still tell its own records from duplicates. Offsets are kept for
+# a few hundred canaries, not for the whole `memory`: a stream's state is read and
+# written in full at every batch of the Spark sink.
+READ_AT_KEPT = 256
 # Given-up canaries remembered per stream (see StreamState.failed): more than the
 # rounds a send timeout can span at any sane interval, few enough for 10,000 streams.
 _FAILED_KEPT = 32
@@ -308,6 +333,10 @@ class StreamState:
     failed: dict[tuple[int, int, int], None] = field(default_factory=dict)
     pending: dict[_Ident, int] = field(default_factory=dict)  # -> deadline_ns
     decided: dict[_Ident, bool] = field(default_factory=dict)  # -> True if declared lost
+    # The produce time of each of the newest READ_AT_KEPT arrived canaries and the
+    # offset it was read at (-1: not read from a log), oldest first; only canaries in
+    # `decided` (see "Re-reads"). Absent from older states.
+    arrived: dict[_Ident, tuple[int, int]] = field(default_factory=dict)
     # Min-heap over the keys of `decided`, so trimming to `memory` is O(log n) per event.
     _decided_order: list[_Ident] = field(default_factory=list, repr=False, compare=False)
 
@@ -327,10 +356,21 @@ class StreamState:
         self.high_seq = canary.seq if self.high_seq is None else max(self.high_seq, canary.seq)
         return []
 
+    def was_read_at(self, canary: Canary, offset: int) -> bool:
+        """Whether this canary arrived before at this very offset (see "Re-reads")."""
+        seen = self.arrived.get((canary.incarnation, canary.seq))
+        return seen is not None and seen == (canary.produced_ns, offset)
+
     def on_arrived(
-        self, key: StreamKey, canary: Canary, now_ns: int, policy: JudgePolicy
+        self,
+        key: StreamKey,
+        canary: Canary,
+        now_ns: int,
+        policy: JudgePolicy,
+        offset: int | None = None,
     ) -> list[Finding]:
-        """Apply one arrival: a fate (maybe with ``out_of_order``) or one anomaly."""
+        """Apply one arrival: a fate (maybe with ``out_of_order``) or one anomaly.
+        ``offset``, where the stage reads a log, is kept for :meth:`was_read_at`."""
         self._follow_incarnation(canary.incarnation)
         seq = canary.seq
         ident = (canary.incarnation, seq)
@@ -340,7 +380,9 @@ class StreamState:
             return [Anomaly(key, seq, AnomalyKind.RESURRECTED)]
         was_lost = self.decided.get(ident)
         if was_lost is not None:
-            kind = AnomalyKind.RESURRECTED if was_lost else AnomalyKind.DUPLICATE
+            seen = self.arrived.get(ident)
+            written_twice = seen is not None and seen[0] != canary.produced_ns
+            kind = AnomalyKind.RESURRECTED if was_lost or written_twice else AnomalyKind.DUPLICATE
             return [Anomaly(key, seq, kind)]
         current = canary.incarnation == self.incarnation
         if ident not in self.pending and (not current or self._forgotten(seq, policy)):
@@ -376,6 +418,9 @@ class StreamState:
         if self.freshest_ns is None or canary.produced_ns > self.freshest_ns:
             self.freshest_ns = canary.produced_ns
         self._remember(ident, lost=False, policy=policy)
+        self.arrived[ident] = (canary.produced_ns, -1 if offset is None else offset)
+        while len(self.arrived) > READ_AT_KEPT:
+            del self.arrived[next(iter(self.arrived))]
         return findings
 
     def on_produce_failed(self, canary: Canary, policy: JudgePolicy) -> None:
@@ -420,6 +465,11 @@ class StreamState:
                 [inc, seq, deadline] for (inc, seq), deadline in sorted(self.pending.items())
             ],
             "decided": [[inc, seq, lost] for (inc, seq), lost in sorted(self.decided.items())],
+            # In arrival order (the oldest is dropped first), not sorted.
+            "arrived": [
+                [inc, seq, produced_ns, offset]
+                for (inc, seq), (produced_ns, offset) in self.arrived.items()
+            ],
         }
 
     @classmethod
@@ -455,6 +505,14 @@ class StreamState:
             },
             pending=pending,
             decided=decided,
+            arrived={
+                (_int(row[0], "arrived"), _int(row[1], "arrived")): (
+                    _int(row[2], "arrived"),
+                    _int(row[3], "arrived"),
+                )
+                for row in _rows(data.get("arrived", []), "arrived", width=4)
+                if (row[0], row[1]) in decided
+            },
             _decided_order=order,
         )
 
@@ -491,7 +549,9 @@ class StreamState:
         self.decided[ident] = lost
         heapq.heappush(self._decided_order, ident)
         while len(self.decided) > policy.memory:
-            del self.decided[heapq.heappop(self._decided_order)]
+            forgotten = heapq.heappop(self._decided_order)
+            del self.decided[forgotten]
+            self.arrived.pop(forgotten, None)
 
 
 def _int(value: object, name: str) -> int:
@@ -504,13 +564,14 @@ def _optional_int(value: object, name: str) -> int | None:
     return None if value is None else _int(value, name)
 
 
-def _rows(value: object, name: str) -> list[Sequence[object]]:
+def _rows(value: object, name: str, width: int = 3) -> list[Sequence[object]]:
     if not isinstance(value, list | tuple):
         raise ValueError(f"stream state: {name} must be a list")
     rows: list[Sequence[object]] = []
     for row in value:
-        if not isinstance(row, list | tuple) or len(row) != 3:
-            raise ValueError(f"stream state: {name} rows must be [incarnation, seq, value]")
+        if not isinstance(row, list | tuple) or len(row) != width:
+            values = "value" if width == 3 else ", ".join(["value"] * (width - 2))
+            raise ValueError(f"stream state: {name} rows must be [incarnation, seq, {values}]")
         rows.append(row)
     return rows
 
@@ -569,12 +630,19 @@ class Judge:
         self._note(key, state)
         return findings
 
-    def on_arrived(self, canary: Canary, now_ns: int) -> list[Finding]:
+    def was_read_at(self, canary: Canary, offset: int) -> bool:
+        """Whether this canary was read before at this very offset: the same record
+        read again by a reader that moved back, to be skipped rather than judged a
+        duplicate (see "Re-reads")."""
+        state = self._streams.get(StreamKey.of(canary))
+        return state is not None and state.was_read_at(canary, offset)
+
+    def on_arrived(self, canary: Canary, now_ns: int, offset: int | None = None) -> list[Finding]:
         key = StreamKey.of(canary)
         if self._is_foreign(canary):
             return [Anomaly(key, canary.seq, AnomalyKind.FOREIGN)]
         state = self._state(key, now_ns)
-        findings = state.on_arrived(key, canary, now_ns, self._policy)
+        findings = state.on_arrived(key, canary, now_ns, self._policy, offset)
         self._note(key, state)
         return findings
 

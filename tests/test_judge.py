@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from probe.canary import Canary
 from probe.judge import (
+    READ_AT_KEPT,
     Anomaly,
     AnomalyKind,
     Fate,
@@ -504,6 +505,54 @@ def test_state_round_trip_is_exact() -> None:
     assert exported is not None
     assert json.loads(json.dumps(exported)) == exported
     assert StreamState.from_dict(exported).to_dict() == exported
+
+
+def test_a_canary_read_again_at_its_offset_is_known_and_one_written_twice_is_a_duplicate() -> None:
+    """A reader that moves back over a truncated log reads canaries again at the
+    offsets it first read them at: the same records, known (and skipped by the
+    stage); a second write of a canary lands at another offset and is a duplicate.
+    Only the newest READ_AT_KEPT offsets are kept, and they survive the hand-over."""
+    judge = Judge(POLICY)
+    canaries = [Canary(PROBE, INC, TARGET, 0, seq, seq * INTERVAL) for seq in range(3)]
+    for offset, canary in enumerate(canaries):
+        assert not judge.was_read_at(canary, offset)
+        judge.on_arrived(canary, canary.produced_ns + 1, offset=offset)
+    assert all(judge.was_read_at(c, offset) for offset, c in enumerate(canaries))
+    assert not judge.was_read_at(canaries[0], 7)
+    assert judge.on_arrived(canaries[0], 400, offset=7) == [Anomaly(KEY0, 0, AnomalyKind.DUPLICATE)]
+    # The same seq produced at another time: a produce given up on and written after
+    # all beside its successor, not a second copy of one record.
+    successor = Canary(PROBE, INC, TARGET, 0, 1, 150)
+    assert not judge.was_read_at(successor, 1)
+    assert judge.on_arrived(successor, 400, offset=8) == [Anomaly(KEY0, 1, AnomalyKind.RESURRECTED)]
+    unknown = Canary(PROBE, INC, TARGET, 1, 0, 0)  # a stream never seen
+    assert not judge.was_read_at(unknown, 0)
+
+    handed_over = Judge(POLICY)
+    exported = judge.export_state(KEY0)
+    assert exported is not None
+    handed_over.import_state(KEY0, json.loads(json.dumps(exported)))
+    assert handed_over.was_read_at(canaries[2], 2)
+
+    many = Judge(JudgePolicy(freshness_ns=50, loss_timeout_ns=200))
+    stream = [Canary(PROBE, INC, TARGET, 0, seq, seq) for seq in range(READ_AT_KEPT + 10)]
+    for offset, canary in enumerate(stream):
+        many.on_arrived(canary, canary.produced_ns, offset=offset)
+    assert not many.was_read_at(stream[9], 9)
+    assert many.was_read_at(stream[10], 10)
+    assert many.was_read_at(stream[-1], len(stream) - 1)
+
+
+def test_a_state_written_before_offsets_were_kept_loads_without_them() -> None:
+    judge = Judge(POLICY)
+    canary = Canary(PROBE, INC, TARGET, 0, 0, 0)
+    judge.on_arrived(canary, 1, offset=5)
+    exported = judge.export_state(KEY0)
+    assert exported is not None
+    del exported["arrived"]
+    judge.import_state(KEY0, exported)
+    assert not judge.was_read_at(canary, 5)
+    assert judge.on_arrived(canary, 2, offset=5) == [Anomaly(KEY0, 0, AnomalyKind.DUPLICATE)]
 
 
 def _valid_state() -> dict[str, object]:

@@ -80,10 +80,15 @@ class JudgeProcessor(StatefulProcessor):
                 produced_ns=int(row.produced_ns),
                 trace_context=row.trace_context,
             )
+            offset = int(row.kafka_offset)
+            if judge.was_read_at(canary, offset):
+                # Read again by a source that moved back over a truncated log: it is
+                # in the table and judged already (probe.judge, "Re-reads").
+                continue
             out.append(judged_row("canary", canary, None, now_ns, row))
             out.extend(
                 finding_row(_traced(f, canary), canary.incarnation, now_ns, row, canary.produced_ns)
-                for f in judge.on_arrived(canary, now_ns)
+                for f in judge.on_arrived(canary, now_ns, offset)
             )
         out.extend(finding_row(f, None, now_ns, None, None) for f in judge.expire(now_ns))
         self._save(judge, stream)

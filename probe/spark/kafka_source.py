@@ -133,11 +133,15 @@ from pyspark.sql.types import (
 )
 
 from probe.errors import TransportError
+from probe.judge import READ_AT_KEPT
 from probe.partition_summary import partitions_summary, ranges_summary
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "sla_kafka"
+# How far before a truncated log's end a stream reads again (see _effective_start):
+# no further back than the judge can tell records read before from duplicates.
+REREAD_RECORDS = READ_AT_KEPT
 SCHEMA = StructType(
     [
         StructField("topic", StringType(), False),
@@ -439,13 +443,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest[partition] = end[partition]  # new: planned from its beginning
         truncated = [p for p, last in latest.items() if last < start.get(p, 0)]
         if truncated:
-            begin = log_.begins(truncated)
             # One line for them all: a re-created topic truncates every partition.
             log.warning(
                 "topic %s: logs end before the checkpointed offsets (log truncated or topic "
-                "re-created); reading them again from their beginning: %s",
+                "re-created); reading again up to %d records before their ends: %s",
                 self.topic,
-                ranges_summary({p: (start[p], begin.get(p, 0)) for p in truncated}, joined_by="->"),
+                REREAD_RECORDS,
+                ranges_summary(
+                    {p: (start[p], self._effective_start(start, latest, p)) for p in truncated},
+                    joined_by="->",
+                ),
             )
         return latest
 
@@ -494,9 +501,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @staticmethod
     def _effective_start(start: Offsets, latest: Offsets, partition: str) -> int:
+        """Where a partition's next batch starts: where the last one ended, unless the
+        log now ends before that (truncated by an unclean leader election, or the
+        topic re-created).
+
+        Then the log holds, below its end, history already read and, after the point
+        where the new leader's log parted from the one read, records not read yet;
+        that point is not known here. The batch starts REREAD_RECORDS before the end:
+        the judge knows the canaries read again there by their offsets and skips them
+        (probe.judge, "Re-reads"), where reading from the log's beginning judged
+        every one a duplicate. Records written after the truncation beyond that many
+        are not read (a re-created topic that filled while the sink was away).
+        """
         begun = start.get(partition, 0)
-        # A log that now ends before our position was truncated or re-created.
-        return 0 if begun > latest[partition] else begun
+        end = latest[partition]
+        return max(0, end - REREAD_RECORDS) if begun > end else begun
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         ranges = []

@@ -17,11 +17,14 @@ from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from probe.embedded import EmbeddedBroker, free_loopback_port
+from probe.judge import READ_AT_KEPT
 from probe.spark.kafka_source import (
+    REREAD_RECORDS,
     SOURCE_NAME,
     KafkaStreamReader,
     KafkaStreamSource,
     OffsetRange,
+    OffsetRanges,
     RangeReads,
     admit,
     group_ranges,
@@ -281,6 +284,27 @@ async def test_logs_that_start_over_are_one_warning_however_many_partitions(
     (line,) = [r.getMessage() for r in caplog.records if r.name == "probe.spark.kafka_source"]
     assert f"{MANY} partitions, offsets 0..5 (first: 0:5->0, 1:5->0, " in line
     assert len(line) < 300
+
+
+def test_a_log_that_ends_before_the_position_is_read_again_from_just_before_its_end() -> None:
+    """After an unclean election the new leader's log ends before the position: what
+    it holds below its end is history already read, then records written since the
+    logs parted. The batch starts REREAD_RECORDS before that end (the judge knows the
+    canaries read again there by their offsets), never at the log's beginning, which
+    judged every canary of the partition's history a duplicate; never further back
+    than the judge keeps offsets; and planned the same way on both sides."""
+    assert REREAD_RECORDS <= READ_AT_KEPT
+    options = {"bootstrap.servers": "127.0.0.1:9", "topic": "t", "maxInputPartitions": "1"}
+    reader = KafkaStreamReader(options)
+    start = {"0": 5_000, "1": 30, "2": 7}
+    end = {"0": 4_900, "1": 12, "2": 9}
+    (ranges,) = reader.partitions(start, end)
+    assert isinstance(ranges, OffsetRanges)
+    assert [(r.partition, r.start, r.end) for r in ranges.ranges] == [
+        (0, 4_900 - REREAD_RECORDS, 4_900),
+        (1, 0, 12),  # a log shorter than that: from its beginning
+        (2, 7, 9),  # not truncated: on from the position
+    ]
 
 
 # --- The reader at scale, and through logs that change under it --------------------
