@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 import probe.spark.submit
@@ -345,3 +346,52 @@ def test_the_sink_signalled_with_its_process_group_ends_cleanly(
             os.killpg(sink.pid, signal.SIGKILL)
             sink.wait()
     _assert_clean(log, sink_path / "spark.log")
+
+
+def test_the_sink_judges_on_through_a_broker_that_restarts_empty(
+    key_file: Path, start_probe: Callable[..., RunningProbe], tmp_path: Path
+) -> None:
+    """The embedded broker keeps its logs in memory: restarted, it comes back empty.
+    Three such restarts under `run --stages consumer,sink`: the consumer stage loses
+    nothing (the probe re-creates the topic and reads the new logs from their start),
+    nothing that only reads the topic creates it (it comes back with the probe's three
+    partitions, not the broker's default), and the sink's source starts the new logs
+    over and judges the canaries written after the last restart."""
+    topic = "data-loss-under-the-sink"
+    with EmbeddedBroker() as broker:
+        running = start_probe(
+            *run_args(broker.bootstrap_servers, topic, key_file),
+            "--stages", "consumer,sink",
+            "--sink-path", str(tmp_path / "sink"),
+        )  # fmt: skip
+        wait_for(
+            lambda: running.process.poll() is not None or _sink_delivered(running.port) >= 3,
+            timeout=SINK_UP,
+            what="canaries delivered in the sink stage",
+        )
+        for restart in range(1, 4):
+            broker.stop()
+            broker.start()
+            _wait_for_rounds(
+                running, 3, f"three rounds delivered at the consumer after restart {restart}"
+            )
+        judged = _sink_delivered(running.port)
+        wait_for(
+            lambda: _sink_delivered(running.port) >= judged + 3 * 3,
+            timeout=SINK_UP,
+            what="three rounds judged at the sink after the last restart",
+        )
+        assert running.canaries("lost") == 0, running.log.read_text()[-3000:]
+        assert running.canaries("lost", "sink") == 0
+        metadata = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(
+            topic, timeout=10
+        )
+        assert len(metadata.topics[topic].partitions) == 3
+        assert http_status(running.port, "/readyz") == 200
+        assert running.stop(timeout=60) < 60
+
+
+def _wait_for_rounds(running: RunningProbe, rounds: int, what: str) -> None:
+    """Until the consumer stage delivered this many more rounds of three canaries."""
+    before = running.canaries("delivered")
+    wait_for(lambda: running.canaries("delivered") >= before + 3 * rounds, timeout=60, what=what)
