@@ -7,6 +7,7 @@ rest of the probe handles a small, documented set::
     ├── ConfigError          a bad setting; the CLI exits 2 with one line naming the field
     ├── CanaryRejected       bytes that are not a valid canary, with the reason
     ├── TransportError       the broker could not be reached or refused an operation
+    │   ├── ConnectFailed    no connection to the broker, with the reason and the setting
     │   └── ProduceFailed    one canary was not acknowledged, with the reason
     ├── StageFailed          a stage could not start (the Spark sink's JVM, say)
     │   └── StoppedMidBatch  a sink batch cut short by the sink's own stop
@@ -66,6 +67,31 @@ class CanaryRejected(ProbeError):
 
 class TransportError(ProbeError):
     """The broker could not be reached, or refused an operation."""
+
+
+class ConnectFailure(StrEnum):
+    """Why a connection to a broker failed: the ``reason`` label values of
+    ``synthetic_sla_connect_errors_total``, a small and stable set."""
+
+    UNREACHABLE = "unreachable"  # refused, timed out, no route, name not resolved
+    UNTRUSTED_CERTIFICATE = "untrusted_certificate"
+    HOSTNAME_MISMATCH = "hostname_mismatch"
+    CERTIFICATE_EXPIRED = "certificate_expired"  # or not valid yet
+    CLIENT_CERTIFICATE = "client_certificate"  # required and missing, or refused
+    TLS_EXPECTED = "tls_expected"  # a plaintext client on a TLS listener
+    TLS_UNEXPECTED = "tls_unexpected"  # a TLS client on a plaintext listener
+    TLS_FAILED = "tls_failed"  # any other TLS handshake failure
+    SASL_FAILED = "sasl_failed"  # authentication refused, or mechanism not offered
+    OTHER = "other"
+
+
+class ConnectFailed(TransportError):
+    """No connection to the broker: ``str()`` is one line naming the cause and the
+    setting to change, ``reason`` its label value."""
+
+    def __init__(self, reason: ConnectFailure, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ProduceFailure(StrEnum):

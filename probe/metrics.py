@@ -43,7 +43,7 @@ from prometheus_client.utils import floatToGoString
 
 from probe import tracing
 from probe.config import ProbeConfig, StageName
-from probe.errors import ProduceFailure, RejectReason
+from probe.errors import ConnectFailure, ProduceFailure, RejectReason
 from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
 from probe.reconcile.outcome import Reconciliation, RecordResult, Verdict, WindowStatus
 from probe.replicas import TopicReplicas, partition_problems, replica_health
@@ -716,6 +716,13 @@ class ProbeMetrics:
             ["target"],
             registry=registry,
         )
+        self.connect_errors = Counter(
+            "synthetic_sla_connect_errors",
+            "Attempts to connect to the target's broker that failed, by reason (the "
+            "/readyz reason and the log say which setting to change).",
+            ["target", "reason"],
+            registry=registry,
+        )
         self.pending = Gauge(
             "synthetic_sla_pending_canaries",
             "Canaries acknowledged whose fate is not decided yet.",
@@ -824,6 +831,8 @@ class ProbeMetrics:
         self.reconnects.labels(target)
         for reason in ProduceFailure:
             self.produce_errors.labels(target, reason.value)
+        for failure in ConnectFailure:
+            self.connect_errors.labels(target, failure.value)
 
     def declare_stage(self, target: str, stage: str, judge: StalenessSource) -> None:
         """Create every series the SLO reads for this stage at zero, and export its staleness.
@@ -914,6 +923,9 @@ class ProbeMetrics:
 
     def reconnected(self, target: str) -> None:
         self.reconnects.labels(target).inc()
+
+    def connect_failed(self, target: str, reason: ConnectFailure) -> None:
+        self.connect_errors.labels(target, reason.value).inc()
 
     def target_replicas(self, target: str, topic: TopicReplicas) -> None:
         """The topic's replica state after a metadata refresh. Every broker listed, or

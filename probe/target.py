@@ -31,7 +31,7 @@ from tenacity import (
 )
 
 from probe.config import ProbeConfig, StageName, TargetKind
-from probe.errors import TransportError
+from probe.errors import ConnectFailed, TransportError
 from probe.judge import Judge, JudgePolicy, OwnProbe
 from probe.keys import KeySource
 from probe.leadership import LeaderKeeper, LeaderPlan, plan_leaders
@@ -177,6 +177,7 @@ class TargetProbe:
         try:
             await transport.start()
         except TransportError as exc:
+            self._connect_failed(exc)
             self._set_ready(False, str(exc))
             raise
         readers: dict[StageName, Transport] = {}
@@ -186,6 +187,7 @@ class TargetProbe:
                 await reader.start()
             except TransportError as exc:
                 await asyncio.gather(*(t.close() for t in (transport, *readers.values())))
+                self._connect_failed(exc)
                 self._set_ready(False, f"{stage}: {exc}")
                 raise
         self.transport = transport
@@ -260,6 +262,10 @@ class TargetProbe:
 
     def _leader_of(self, partition: int) -> int | None:
         return None if self.replicas is None else self.replicas.leader_of(partition)
+
+    def _connect_failed(self, error: TransportError) -> None:
+        if self._metrics is not None and isinstance(error, ConnectFailed):
+            self._metrics.connect_failed(self.target, error.reason)
 
     def _count_reconnect(self) -> None:
         if self._metrics is not None:

@@ -13,6 +13,14 @@ cache once, and :class:`KafkaCluster` refuses to start without it, naming the co
 A node can be stopped (SIGTERM: a controlled shutdown that moves its leaderships
 away first), killed (SIGKILL: what a crash does), paused (SIGSTOP: a broker that
 hangs) and started again on the same ports and log directory.
+
+Client listeners beside the main one (``listeners``) serve the same cluster another
+way: plaintext, TLS with a PEM key and certificate chain, mutual TLS:
+
+>>> tls = {"TLS": Listener("SSL", key_pem, chain_pem)}
+>>> with KafkaCluster(workdir=Path("/tmp/kc"), listeners=tls) as cluster:  # doctest: +SKIP
+...     cluster.bootstrap_servers_of("TLS")
+'127.0.0.1:41007,127.0.0.1:41009,127.0.0.1:41011'
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from probe.embedded import LoopbackServer, Started, free_loopback_port
@@ -87,6 +96,45 @@ logger.request.level = WARN
 logger.clients.name = org.apache.kafka.clients
 logger.clients.level = WARN
 """
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """A client listener of every node beside the main one (EXTERNAL).
+
+    ``protocol``: PLAINTEXT or SSL. For SSL, the broker's unencrypted PKCS#8 key and
+    its certificate chain (PEM), the same on every node; with ``client_ca_pem`` the
+    listener requires a client certificate signed by one of those CAs
+    (``ssl.client.auth=required``).
+    """
+
+    protocol: str = "PLAINTEXT"
+    key_pem: str | None = None
+    chain_pem: str | None = None
+    client_ca_pem: str | None = None
+
+    def settings(self, name: str) -> dict[str, str]:
+        """The broker settings of this listener, under its ``listener.name.`` prefix."""
+        if self.key_pem is None or self.chain_pem is None:
+            return {}
+        prefix = f"listener.name.{name.lower()}."
+        own = {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.key": self.key_pem,
+            "ssl.keystore.certificate.chain": self.chain_pem,
+        }
+        if self.client_ca_pem is not None:
+            own |= {
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.certificates": self.client_ca_pem,
+                "ssl.client.auth": "required",
+            }
+        return {prefix + key: value for key, value in own.items()}
+
+
+def _property(value: str) -> str:
+    # java.util.Properties reads "\n" as a newline: a PEM value stays on one line.
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def kafka_version(pom: Path = POM) -> str:
@@ -166,6 +214,7 @@ class KafkaNode(LoopbackServer):
         settings: Mapping[str, str],
         advertised_port: int | None = None,
         client_protocol: str = "PLAINTEXT",
+        listeners: Mapping[str, Listener] | None = None,
     ) -> None:
         super().__init__(port, log_file=directory / "server.log")
         self.node_id = node_id
@@ -182,22 +231,31 @@ class KafkaNode(LoopbackServer):
         # game day that puts a proxy in front of a broker's clients (advertised_port)
         # cuts the probe off from it while the brokers still replicate.
         internal = f"INTERNAL://127.0.0.1:{self.internal_port}"
+        more = dict(listeners or {})
+        # Each further client listener's port; a client bootstrapping there is told
+        # the brokers' addresses on that same listener.
+        self.listener_ports = {name: free_loopback_port() for name in more}
+        others = "".join(f",{n}://127.0.0.1:{p}" for n, p in self.listener_ports.items())
+        protocols = "".join(f",{n}:{listener.protocol}" for n, listener in more.items())
         lines = {
             "process.roles": "broker,controller",
             "node.id": str(node_id),
             "controller.quorum.voters": voters,
             "listeners": f"EXTERNAL://127.0.0.1:{port},{internal},"
-            f"CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"EXTERNAL://127.0.0.1:{self.advertised_port},{internal}",
+            f"CONTROLLER://127.0.0.1:{controller_port}{others}",
+            "advertised.listeners": (
+                f"EXTERNAL://127.0.0.1:{self.advertised_port},{internal}{others}"
+            ),
             "listener.security.protocol.map": (
-                f"EXTERNAL:{client_protocol},INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+                f"EXTERNAL:{client_protocol},INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}"
             ),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "INTERNAL",
             "log.dirs": str(directory / "data"),
+            **{k: v for name, listener in more.items() for k, v in listener.settings(name).items()},
             **settings,
         }
-        self.properties.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        self.properties.write_text("".join(f"{k}={_property(v)}\n" for k, v in lines.items()))
 
     def java(self, main: str, *args: str) -> list[str]:
         return [
@@ -269,8 +327,10 @@ class KafkaCluster(Started):
         libs: Path | None = None,
         advertised_ports: Mapping[int, int] | None = None,
         plain_users: Mapping[str, str] | None = None,
+        listeners: Mapping[str, Listener] | None = None,
     ) -> None:
         self.libs = libs or libs_dir()
+        self._listeners = dict(listeners or {})
         self.workdir = workdir
         self.started_in: float | None = None
         self._brokers = brokers
@@ -305,6 +365,7 @@ class KafkaCluster(Started):
                 settings=self._settings,
                 advertised_port=self._advertised.get(i),
                 client_protocol=self._client_protocol,
+                listeners=self._listeners,
             )
             for i, (port, controller) in enumerate(ports, start=1)
         }
@@ -313,6 +374,10 @@ class KafkaCluster(Started):
     def bootstrap_servers(self) -> str:
         """The client listeners' addresses as advertised (through proxies, if any)."""
         return ",".join(f"127.0.0.1:{n.advertised_port}" for n in self.nodes.values())
+
+    def bootstrap_servers_of(self, listener: str) -> str:
+        """The addresses of a further client listener (see ``listeners``)."""
+        return ",".join(f"127.0.0.1:{n.listener_ports[listener]}" for n in self.nodes.values())
 
     def node(self, node_id: int) -> KafkaNode:
         return self.nodes[node_id]

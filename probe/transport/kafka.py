@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,12 +53,13 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
-from probe.config import KafkaConfig
-from probe.errors import ProduceFailed, ProduceFailure, TransportError
+from probe.config import KafkaConfig, TlsConfig
+from probe.errors import ConfigError, ProduceFailed, ProduceFailure, TransportError
 from probe.leadership import LeaderPlan
 from probe.partition_summary import partitions_summary, ranges_summary
 from probe.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
+from probe.transport.kafka_connect_errors import diagnose
 from probe.transport.kafka_leaders import (
     PARTITIONS_PER_REQUEST,
     carry_out,
@@ -96,14 +98,45 @@ def connection_options(config: KafkaConfig) -> dict[str, Any]:
     security = config.security_options()
     tls = {name: security.pop(name) for name in list(security) if name.startswith("ssl_")}
     if config.tls is not None:
-        context = create_ssl_context(
-            cafile=tls.get("ssl_cafile"),
-            certfile=tls.get("ssl_certfile"),
-            keyfile=tls.get("ssl_keyfile"),
-        )
+        context = _tls_context(config.tls)
         context.check_hostname = bool(tls["ssl_check_hostname"])
         options["ssl_context"] = context
     return {**options, **security}
+
+
+def _tls_context(tls: TlsConfig) -> ssl.SSLContext:
+    """The clients' TLS context; a file it cannot use is a ConfigError naming the setting
+    (the files are read here first, before any broker is asked)."""
+    try:
+        context: ssl.SSLContext = create_ssl_context(cafile=tls.ca_file)
+    except (OSError, ValueError) as exc:
+        raise ConfigError("kafka.tls.ca_file", _unusable(tls.ca_file, exc)) from exc
+    if tls.cert_file is not None and tls.key_file is not None:
+        for field, path in (("cert_file", tls.cert_file), ("key_file", tls.key_file)):
+            if not path.is_file():
+                raise ConfigError(f"kafka.tls.{field}", f"{path}: no such file")
+        try:
+            context.load_cert_chain(tls.cert_file, tls.key_file, password=_no_key_password)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                "kafka.tls.cert_file",
+                f"{_unusable(tls.cert_file, exc)} with kafka.tls.key_file {tls.key_file}: "
+                "they must be a PEM certificate and its unencrypted private key",
+            ) from exc
+    return context
+
+
+def _no_key_password() -> str:
+    # Without a callback OpenSSL would prompt on the terminal for an encrypted key's
+    # password, and a service would hang there.
+    raise ValueError("the key is encrypted; the probe takes an unencrypted PEM key")
+
+
+def _unusable(path: object, error: Exception) -> str:
+    if isinstance(error, FileNotFoundError):
+        return f"{path}: no such file"
+    detail = getattr(error, "reason", None) or getattr(error, "strerror", None) or str(error)
+    return f"{path}: cannot be used ({detail})"
 
 
 # An idempotent producer whose state the partition's leader no longer has: a leader
@@ -240,6 +273,11 @@ class KafkaTransport:
         except TransportError:
             await self.close()
             raise
+        except KafkaConnectionError as exc:
+            # "Unable to bootstrap": aiokafka dropped the cause; a connection of the
+            # probe's own finds it (kafka_connect_errors).
+            await self.close()
+            raise (await diagnose(self._config, self._options, exc)).error() from exc
         except KafkaError as exc:
             await self.close()
             raise TransportError(
