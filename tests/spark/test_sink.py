@@ -283,6 +283,13 @@ async def test_a_batch_cut_short_by_the_stop_is_taken_for_the_stop_and_replayed(
     def late_frame(batch: DataFrame) -> pd.DataFrame:
         began.set()
         go_on.wait(60)
+        # Spark's stop marks the query stopped before it interrupts the query's thread
+        # (this call's, as pyspark pins it): the job must start once the interrupt is
+        # pending, or it may finish first and the batch commit.
+        thread = spark.sparkContext._jvm.java.lang.Thread
+        deadline = time.monotonic() + 30
+        while not thread.currentThread().isInterrupted() and time.monotonic() < deadline:
+            time.sleep(0.01)  # polled: the interrupt has nothing to wait on
         return exact_frame(batch)
 
     async with pipeline(spark, broker, topic, path) as p:
