@@ -182,6 +182,23 @@ def _metrics_host() -> Callable[[F], F]:
     )
 
 
+def _web_config_file() -> Callable[[F], F]:
+    return click.option(
+        "--web-config-file",
+        "web_config_file",
+        cls=ConfigOption,
+        config_path="metrics.web_config_file",
+        # SLA_PROBE_<FLAG> as every flag, and the variable named after the setting
+        # (metrics.web_config_file), as the chart and issue 24 name it.
+        envvar=[_env("web-config-file"), "SLA_PROBE_METRICS_WEB_CONFIG_FILE"],
+        show_envvar=True,
+        default=None,
+        help="TLS, client certificates and basic auth for every endpoint: the exporter "
+        "toolkit's web configuration file (as Prometheus exporters' --web.config.file).",
+        metavar="FILE",
+    )
+
+
 def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
     """The flags of the commands that produce canaries: `once` and `run`."""
 
@@ -249,12 +266,9 @@ def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
                 "mqtt-shards", "mqtt.shards", "Number of MQTT shards (default 3).", metavar="N"
             ),
             _option("mqtt-qos", "mqtt.qos", "MQTT QoS: 0, 1 or 2 (default 1).", metavar="N"),
+            # No password flag: a flag's value shows in ps. The password comes from
+            # mqtt.password_file or SLA_PROBE_MQTT_PASSWORD (config.SECRET_VARIABLES).
             _option("mqtt-username", "mqtt.username", "MQTT user name."),
-            _option(
-                "mqtt-password",
-                "mqtt.password",
-                "MQTT password (prefer the environment variable: a flag shows in ps).",
-            ),
             _option(
                 "mqtt-persistent-session",
                 "mqtt.persistent_session",
@@ -281,7 +295,7 @@ def _load(config_file: Path | None, flags: dict[str, Any]) -> ProbeConfig:
         if isinstance(param, ConfigOption) and param.config_path is not None
     }
     overrides = {paths[name]: value for name, value in flags.items() if value is not None}
-    return config_module.load(config_file, overrides)
+    return config_module.load(config_file, overrides, environ=os.environ)
 
 
 _NO_KEY_FILE = "required (create one with `sla-probe keygen`), or pass --allow-ephemeral-key"
@@ -374,6 +388,7 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
 @_common("interval", "Time between rounds, 1s..1h (default 20s).")
 @_metrics_port()
 @_metrics_host()
+@_web_config_file()
 @_option(
     "allow-ephemeral-key",
     "allow_ephemeral_key",
@@ -422,6 +437,7 @@ def run(config_file: Path | None, **flags: Any) -> None:
     _log_level(),
     _metrics_port(),
     _metrics_host(),
+    _web_config_file(),
 )
 def sink(config_file: Path | None, **flags: Any) -> None:
     """Run only the Spark sink stage and serve its metrics (e.g. under spark-submit).
@@ -535,6 +551,7 @@ def sink(config_file: Path | None, **flags: Any) -> None:
     _log_level(),
     _metrics_port(),
     _metrics_host(),
+    _web_config_file(),
     _option("json", None, "Print the result as JSON.", is_flag=True, flag_value=True),
 )
 def reconcile(

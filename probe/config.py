@@ -19,6 +19,7 @@ import ipaddress
 import math
 import re
 import socket
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -40,6 +41,7 @@ from pydantic import (
 from probe.canary import MAX_STRING_BYTES, Canary, encode
 from probe.errors import ConfigError
 from probe.keys import MAX_KID_CHARS, MIN_SECRET_BYTES, KeyRing
+from probe.web_config import read_web_config
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -147,10 +149,84 @@ class TlsConfig(_Section):
         return key_file
 
 
+def read_secret_file(path: Path) -> str:
+    """A secret as its file holds it, without the trailing newline that ``echo``, editors
+    and most secret stores add. Raises ValueError saying why the file cannot be used
+    (never quoting its contents)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    secret = text.rstrip("\r\n")
+    if not secret:
+        raise ValueError(f"{path} is empty")
+    return secret
+
+
+# Secrets the environment may give, by the setting they fill (load() puts them there).
+# None of them is a flag: a flag's value shows in `ps` and in a Pod's spec.
+SECRET_VARIABLES = {
+    "kafka.sasl.password": "SLA_PROBE_KAFKA_SASL_PASSWORD",
+    "mqtt.password": "SLA_PROBE_MQTT_PASSWORD",
+}
+
+
+def _one_secret_source(inline: object, path: Path | None, setting: str, *, required: bool) -> None:
+    """``setting`` (e.g. ``kafka.sasl.password``) given once: inline (or by its
+    variable, which load() puts there), or as ``<setting>_file``. Checks the file
+    can be read now, so a bad one exits 2 at start rather than at the first connection."""
+    variable = SECRET_VARIABLES[setting]
+    if inline is not None and path is not None:
+        raise ValueError(f"give one of {setting}, {setting}_file or {variable}, not two")
+    if required and inline is None and path is None:
+        raise ValueError(f"no password: give {setting}_file, {variable} or {setting}")
+    if path is not None:
+        read_secret_file(path)
+
+
+def _secret_value(inline: SecretStr | None, path: Path | None, setting: str) -> str | None:
+    """The secret as it is now. The file is read at every call: the clients call this
+    when they are created, so a password rotated in a mounted Secret reaches the next
+    client made (a restarted probe; a reconnecting MQTT client), never a connection
+    already open."""
+    if path is None:
+        return inline.get_secret_value() if inline is not None else None
+    try:
+        return read_secret_file(path)
+    except ValueError as exc:
+        raise ConfigError(f"{setting}_file", str(exc)) from None
+
+
 class SaslConfig(_Section):
+    """SASL towards the brokers. The password from exactly one place: ``password``,
+    ``password_file`` (e.g. a mounted Secret), or SLA_PROBE_KAFKA_SASL_PASSWORD.
+
+    Its repr, and every dump of the config, shows ``'**********'`` for the password.
+    """
+
     mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
     username: str = Field(min_length=1)
-    password: SecretStr
+    password: SecretStr | None = None
+    password_file: Annotated[Path | None, Field(validate_default=True)] = None
+
+    @field_validator("password_file")
+    @classmethod
+    def _one_password(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        _one_secret_source(info.data.get("password"), path, "kafka.sasl.password", required=True)
+        return path
+
+    def password_value(self) -> str:
+        """The password now (read from password_file at each call); ConfigError naming
+        kafka.sasl.password_file if the file can no longer be used."""
+        password = _secret_value(self.password, self.password_file, "kafka.sasl.password")
+        # The validator requires one source; a model built bypassing it has none.
+        if password is None:
+            raise ConfigError("kafka.sasl.password", "required")
+        return password
 
 
 # A host name or an IPv4 address; an IPv6 address goes in brackets: [::1]:9092.
@@ -293,7 +369,7 @@ class KafkaConfig(_Section):
             options["security_protocol"] = "SASL_SSL" if self.tls else "SASL_PLAINTEXT"
             options["sasl_mechanism"] = self.sasl.mechanism
             options["sasl_plain_username"] = self.sasl.username
-            options["sasl_plain_password"] = self.sasl.password.get_secret_value()
+            options["sasl_plain_password"] = self.sasl.password_value()
         return options
 
 
@@ -370,7 +446,9 @@ class MqttConfig(_Section):
     # The subscriber's must be stable across restarts for a persistent session.
     client_id: str | None = Field(default=None, min_length=1, max_length=100)
     username: str | None = Field(default=None, min_length=1)
+    # From exactly one place: here, password_file, or SLA_PROBE_MQTT_PASSWORD.
     password: Annotated[SecretStr | None, Field(validate_default=True)] = None
+    password_file: Path | None = None
     tls: MqttTlsConfig | None = None
     # Keep the subscriber's session (and the QoS 1/2 canaries queued for it) across
     # disconnects, for session_expiry (MQTT 5; MQTT 3.1.1 brokers keep it their way).
@@ -417,6 +495,19 @@ class MqttConfig(_Section):
             raise ValueError("needs mqtt.username")
         return password
 
+    @field_validator("password_file")
+    @classmethod
+    def _one_password(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        if path is not None and info.data.get("username") is None:
+            raise ValueError("needs mqtt.username")
+        _one_secret_source(info.data.get("password"), path, "mqtt.password", required=False)
+        return path
+
+    def password_value(self) -> str | None:
+        """The password now, None without one (read from password_file at each call);
+        ConfigError naming mqtt.password_file if the file can no longer be used."""
+        return _secret_value(self.password, self.password_file, "mqtt.password")
+
     @field_validator("stages", mode="before")
     @classmethod
     def _stages(cls, stages: object, info: ValidationInfo) -> object:
@@ -437,13 +528,15 @@ def parse_mqtt_url(url: str) -> tuple[str, str, int]:
     """``mqtts://broker:8883`` -> ("mqtts", "broker", 8883). Raises ValueError.
 
     Credentials are refused in the URL: they would end up in logs and in ``ps``;
-    they belong in mqtt.username and mqtt.password (or SLA_PROBE_MQTT_PASSWORD).
+    they belong in mqtt.username and mqtt.password_file (or SLA_PROBE_MQTT_PASSWORD).
     """
     parts = urlsplit(url)
     if parts.scheme not in MQTT_PORTS:
         raise ValueError(f"{url!r}: use mqtt://host[:port] or mqtts://host[:port]")
     if parts.username is not None or parts.password is not None:
-        raise ValueError("credentials do not belong in the URL; use mqtt.username/password")
+        raise ValueError(
+            "credentials do not belong in the URL; use mqtt.username and mqtt.password_file"
+        )
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(f"{url!r}: only a scheme, a host and a port are allowed")
     try:
@@ -477,6 +570,13 @@ class CanaryConfig(_Section):
     max_size: int = Field(default=1_048_576, ge=256)
 
 
+def _readable_web_config(path: Path | None) -> Path | None:
+    if path is not None:
+        # Its WebConfigError is a ValueError naming the field inside the file.
+        read_web_config(path)
+    return path
+
+
 class MetricsConfig(_Section):
     host: str = "0.0.0.0"
     port: int = Field(default=9464, ge=0, le=65535)
@@ -488,6 +588,10 @@ class MetricsConfig(_Section):
     # The partition leader series follow it (stale: the partitions stale or in replica
     # trouble); the replica problem series are there unless it is none.
     partition_series: Literal["all", "stale", "none"] = "all"
+    # The exporter toolkit's web configuration (probe.web_config): TLS, client
+    # certificates and basic auth on every path served. Read here to fail at start
+    # (exit 2) with the file's field named, not at the first scrape.
+    web_config_file: Annotated[Path | None, AfterValidator(_readable_web_config)] = None
 
 
 class OnceConfig(_Section):
@@ -901,8 +1005,13 @@ def _reject_duplicate_keys(
             _reject_duplicate_keys(value, (*where, key.value), path, seen)
 
 
-def load(path: Path | None = None, overrides: dict[str, object] | None = None) -> ProbeConfig:
-    """Read the YAML file (if any), apply dotted overrides, validate.
+def load(
+    path: Path | None = None,
+    overrides: dict[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ProbeConfig:
+    """Read the YAML file (if any), apply dotted overrides and the secrets given in
+    ``environ`` (SECRET_VARIABLES; the CLI passes os.environ), validate.
 
     >>> load(overrides={"interval": "30s"}).interval
     30.0
@@ -915,6 +1024,7 @@ def load(path: Path | None = None, overrides: dict[str, object] | None = None) -
         tree = loaded or {}
     for dotted, value in (overrides or {}).items():
         _set_path(tree, dotted, value)
+    _apply_secret_variables(tree, environ or {})
     try:
         config = ProbeConfig.model_validate(tree)
     except ValidationError as exc:
@@ -922,6 +1032,37 @@ def load(path: Path | None = None, overrides: dict[str, object] | None = None) -
     _check_mqtt_target(config)
     _check_canary_size(config)
     return config
+
+
+def _apply_secret_variables(tree: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """Each secret's variable fills its setting, which must then come from nowhere else:
+    unlike a flag over the file, a password given twice is a mistake to report (which
+    one is current?), not a layer to win."""
+    for dotted, variable in SECRET_VARIABLES.items():
+        value = environ.get(variable)
+        if value is None:
+            continue
+        *parents, leaf = dotted.split(".")
+        section_name = ".".join(parents)
+        if not value:
+            raise ConfigError(dotted, f"{variable} is set but empty")
+        section: object = tree
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+        if section is None and section_name == "kafka.sasl":
+            raise ConfigError(
+                section_name,
+                f"{variable} is set, but there is no {section_name} section "
+                "(mechanism, username) to use it with",
+            )
+        if isinstance(section, dict):
+            for given in (leaf, f"{leaf}_file"):
+                if section.get(given) is not None:
+                    raise ConfigError(
+                        dotted,
+                        f"given twice: by {variable} and by {section_name}.{given}; give one",
+                    )
+        _set_path(tree, dotted, value)
 
 
 # The longest trace context a canary carries: a W3C traceparent.

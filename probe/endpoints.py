@@ -4,22 +4,44 @@
 for it, in the classic text format otherwise. ``/readyz`` is 200 only while the
 target is reachable and its topic known: a probe that cannot reach its broker is
 alive (it is measuring the outage) but not ready.
+
+With ``metrics.web_config_file`` (probe.web_config) every path is served over TLS,
+with client certificates and basic auth as that file says; ``run``, ``sink`` and
+``reconcile --every`` all serve through :class:`MetricsServer` and so alike.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import logging
 import os
 import socket
+import ssl
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
 from probe.errors import ConfigError
 from probe.metrics import RenderedGauge
+from probe.web_config import (
+    BasicAuthUsers,
+    TlsServerConfig,
+    WebConfig,
+    WebConfigError,
+    basic_credentials,
+    read_web_config,
+)
+
+if TYPE_CHECKING:
+    from probe.config import MetricsConfig
+
+log = logging.getLogger(__name__)
 
 Readiness = Callable[[], tuple[bool, str]]
 
@@ -72,22 +94,154 @@ def build_app(registry: CollectorRegistry, readiness: Readiness) -> web.Applicat
     return app
 
 
+_UNAUTHORIZED_HEADERS = {"WWW-Authenticate": "Basic"}
+
+
+def basic_auth(users: BasicAuthUsers) -> Middleware:
+    """A middleware admitting only requests with a user and password of ``users``, on
+    every path (an unknown path is a 404 only to those admitted)."""
+    # One bcrypt check at a time: each takes a core for its cost, and requests with
+    # wrong passwords must not take both of the probe's.
+    checking = asyncio.Semaphore(1)
+
+    @web.middleware
+    async def admit(request: web.Request, handler: Handler) -> web.StreamResponse:
+        credentials = basic_credentials(request.headers.get("Authorization"))
+        if credentials is None:
+            return web.Response(status=401, text="Unauthorized\n", headers=_UNAUTHORIZED_HEADERS)
+        if not users.remembered(*credentials):
+            async with checking:
+                # bcrypt is slow by design: off the loop that times the canaries.
+                admitted = await asyncio.to_thread(users.check, *credentials)
+            if not admitted:
+                return web.Response(
+                    status=401, text="Unauthorized\n", headers=_UNAUTHORIZED_HEADERS
+                )
+        return await handler(request)
+
+    return admit
+
+
+_FileStamp = tuple[tuple[int, int, int, int], ...]
+
+
+def _stamp(tls: TlsServerConfig) -> _FileStamp | None:
+    """What identifies the certificate files' contents without reading them; None while
+    one is missing (mid-rotation)."""
+    try:
+        stats = [path.stat() for path in tls.files()]
+    except OSError:
+        return None
+    return tuple((s.st_mtime_ns, s.st_size, s.st_ino, s.st_dev) for s in stats)
+
+
+class CertificateRotation:
+    """The TLS context of the certificate files as they are now.
+
+    cert-manager (and a kubelet updating a mounted Secret) replaces the files in place;
+    each new connection looks at their stamps (a few stat calls) and, when they
+    changed, builds a fresh context. Until a new set loads (a key written after its
+    certificate does not match it for a moment), the last good context goes on
+    serving; existing connections keep the context they shook hands with.
+    """
+
+    def __init__(self, tls: TlsServerConfig) -> None:
+        self._tls = tls
+        self._stamp = _stamp(tls)
+        self._context = tls.context()
+        self._refused: _FileStamp | None = None
+
+    def current(self) -> ssl.SSLContext:
+        stamp = _stamp(self._tls)
+        if stamp is None or stamp in (self._stamp, self._refused):
+            return self._context
+        try:
+            context = self._tls.context()
+        except WebConfigError as exc:
+            self._refused = stamp
+            log.warning("keeping the endpoints' current TLS certificate: %s", exc)
+            return self._context
+        self._context, self._stamp = context, stamp
+        log.info("endpoints' TLS certificate reloaded from %s", self._tls.cert_file)
+        return context
+
+
+class _RotatingContext(ssl.SSLContext):
+    """The context the listening socket holds for good: every handshake is made with
+    the rotation's current one. Event loops (asyncio's, uvloop's) start each server-side
+    TLS connection with ``wrap_bio``; nothing else of this context is used."""
+
+    rotation: CertificateRotation
+
+    def __new__(cls, rotation: CertificateRotation) -> _RotatingContext:
+        context = super().__new__(cls, ssl.PROTOCOL_TLS_SERVER)
+        context.rotation = rotation
+        return context
+
+    def __init__(self, rotation: CertificateRotation) -> None:
+        # Built in __new__, where ssl.SSLContext takes its protocol.
+        pass
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        return self.rotation.current().wrap_bio(
+            incoming, outgoing, server_side, server_hostname, session
+        )
+
+
 class MetricsServer:
     """Serves the app on host:port inside the running event loop. Port 0 picks one.
 
     ``host`` and ``port`` are the ``metrics`` settings: when they cannot be listened
     on, :meth:`start` raises a ConfigError naming ``metrics.host`` or ``metrics.port``.
+    ``web_config`` (``metrics.web_config_file``) adds TLS and basic auth to every path.
+
+    >>> server = MetricsServer.from_settings(app, config.metrics)  # doctest: +SKIP
+    >>> await server.start()  # doctest: +SKIP
     """
 
-    def __init__(self, app: web.Application, host: str, port: int) -> None:
+    def __init__(
+        self, app: web.Application, host: str, port: int, web_config: WebConfig | None = None
+    ) -> None:
+        self._tls: _RotatingContext | None = None
+        if web_config is not None:
+            if web_config.basic_auth_users:
+                app.middlewares.append(basic_auth(BasicAuthUsers(web_config.basic_auth_users)))
+            if web_config.tls_server_config is not None:
+                try:
+                    rotation = CertificateRotation(web_config.tls_server_config)
+                except WebConfigError as exc:
+                    raise ConfigError("metrics.web_config_file", str(exc)) from exc
+                self._tls = _RotatingContext(rotation)
         self._runner = web.AppRunner(app, access_log=None)
         self._host = host
         self._port = port
         self.port = port
 
+    @classmethod
+    def from_settings(cls, app: web.Application, settings: MetricsConfig) -> MetricsServer:
+        """The server the ``metrics`` settings describe: address, TLS, basic auth."""
+        web_config = None
+        if settings.web_config_file is not None:
+            try:
+                web_config = read_web_config(settings.web_config_file)
+            except WebConfigError as exc:
+                raise ConfigError("metrics.web_config_file", str(exc)) from exc
+        return cls(app, settings.host, settings.port, web_config)
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self._tls is None else "https"
+
     async def start(self) -> None:
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
+        site = web.TCPSite(self._runner, self._host, self._port, ssl_context=self._tls)
         try:
             await site.start()
         except OSError as exc:

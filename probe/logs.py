@@ -47,9 +47,22 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+class _NoCredentials(logging.Filter):
+    """Drops a client's debug line that dumps a SASL request: aiokafka logs every
+    request it sends at debug, and SASL/PLAIN's authentication bytes are the user
+    name and the password in clear (``\\x00user\\x00password``). A password must not
+    reach a log at any level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.name.startswith("aiokafka") and "SaslAuthenticateRequest" in record.getMessage()
+        )
+
+
 def configure(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(_NoCredentials())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -75,9 +75,9 @@ async def serve(
         reasons = "; ".join(f"{name}: {reason}" for name, _, reason in states)
         return all(ready for _, ready, _ in states), reasons
 
-    server = MetricsServer(build_app(registry, readiness), config.metrics.host, config.metrics.port)
+    server = MetricsServer.from_settings(build_app(registry, readiness), config.metrics)
     await server.start()
-    log.info("serving metrics on %s:%d", config.metrics.host, server.port)
+    log.info("serving metrics on %s://%s:%d", server.scheme, config.metrics.host, server.port)
 
     async def probe_forever(target: TargetProbe) -> None:
         await target.connect()

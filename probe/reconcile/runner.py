@@ -252,7 +252,7 @@ async def serve_reconcile(
     registry = CollectorRegistry()
     metrics = ReconcileMetrics(registry, config.target)
     readiness = Readiness()
-    server = MetricsServer(build_app(registry, readiness), config.metrics.host, config.metrics.port)
+    server = MetricsServer.from_settings(build_app(registry, readiness), config.metrics)
     await server.start()
     try:
         if spark is None:

@@ -73,7 +73,13 @@ class Ended:
 
 def kafka_client_options(kafka: KafkaConfig) -> dict[str, str]:
     """The probe's Kafka security settings as the source's ``kafka.*`` options (text,
-    kafka-python's names dotted: the source translates them to librdkafka's)."""
+    kafka-python's names dotted: the source translates them to librdkafka's).
+
+    The driver reads kafka.sasl.password_file here, once, when the stage is set up
+    (a query restarted from its checkpoint keeps those settings: a rotated password
+    needs a restarted probe), and the executors get the password as an option, as
+    when it is inline: they never need the file, mounted in the driver's pod only.
+    Spark redacts it where it prints options (session.CONNECTOR_SECRETS)."""
     return {
         name.replace("_", "."): str(value).lower() if isinstance(value, bool) else value
         for name, value in kafka.security_options().items()

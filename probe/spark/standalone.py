@@ -40,9 +40,7 @@ async def serve_sink(
     registry, metrics = service_metrics(config, sink=True)
     metrics.declare_target(config.target)
     sink = SparkSinkStage(config, keyring, [metrics], metrics=metrics, registry=registry)
-    server = MetricsServer(
-        build_app(registry, sink.readiness), config.metrics.host, config.metrics.port
-    )
+    server = MetricsServer.from_settings(build_app(registry, sink.readiness), config.metrics)
     await server.start()
     try:
         await sink.start()

@@ -95,6 +95,10 @@ def connection_options(config: KafkaConfig) -> dict[str, Any]:
         "client_id": config.client_id,
         "request_timeout_ms": int(config.send_timeout * 1000),
     }
+    # The SASL password (kafka.sasl.password_file) is read here, once per transport:
+    # at the probe's start, and again whenever a transport is made anew. aiokafka's
+    # own reconnections reuse it, so a rotated password reaches a running probe's
+    # clients when the probe restarts (the chart's rollout), not before.
     security = config.security_options()
     tls = {name: security.pop(name) for name in list(security) if name.startswith("ssl_")}
     if config.tls is not None:

@@ -398,7 +398,7 @@ async def _sasl_problem(
                 security_protocol=options["security_protocol"],
                 sasl_mechanism=sasl.mechanism,
                 sasl_plain_username=sasl.username,
-                sasl_plain_password=sasl.password.get_secret_value(),
+                sasl_plain_password=sasl.password_value(),
             )
     except (
         AuthenticationFailedError,

@@ -261,8 +261,11 @@ class MqttTransport:
         }
         if config.username is not None:
             options["username"] = config.username
-            if config.password is not None:
-                options["password"] = config.password.get_secret_value()
+            # Read at every connection attempt: a password rotated in mqtt.password_file
+            # is used from the next reconnect on, without restarting the probe.
+            password = config.password_value()
+            if password is not None:
+                options["password"] = password
         if self._tls:
             options["tls_context"] = tls_context(config.tls)
         if self._v5:

@@ -107,9 +107,10 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- if and (hasKey $config "kafka") (not (dig "kafka" "bootstrap_servers" "" $config)) -}}
 {{- $_ := unset (get $config "kafka") "bootstrap_servers" -}}
 {{- end -}}
-{{- if and (or (dig "kafka" "sasl" nil $config) (dig "mqtt" "password" nil $config)) (not $values.storeConfigInSecret) -}}
-{{- fail "config holds a password (kafka.sasl or mqtt.password): set storeConfigInSecret=true so the config goes into a Secret" -}}
+{{- if and (or (dig "kafka" "sasl" "password" nil $config) (dig "mqtt" "password" nil $config)) (not $values.storeConfigInSecret) -}}
+{{- fail "config holds a password (kafka.sasl.password or mqtt.password): take it from a Secret (kafka.sasl.existingSecret, mqtt.existingSecret), or set storeConfigInSecret=true so the config goes into a Secret" -}}
 {{- end -}}
+{{- include "synthetic-sla-probe.secretFiles" (dict "values" $values "config" $config) -}}
 {{- $metrics := dict "host" "0.0.0.0" "port" (int $values.service.port) "latency_threshold" $values.slo.latency.thresholdSeconds -}}
 {{- $_ := set $config "metrics" (mergeOverwrite (dig "metrics" (dict) $config) $metrics) -}}
 {{- $_ := set $config "sink" (mergeOverwrite (dig "sink" (dict) $config) (dict "latency_threshold" $values.slo.latency.sinkThresholdSeconds)) -}}
@@ -124,6 +125,138 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- $_ := set $config "stages" (without $stages "sink") -}}
 {{- end -}}
 {{- $_ := set .out "config" $config -}}
+{{- end -}}
+
+{{/*
+Points the config (.config, changed in place) at the files of kafka.sasl.existingSecret,
+kafka.tls.existingSecret, mqtt.existingSecret and mqtt.tls.existingSecret, refusing a
+config that gives them itself: which of two passwords is used must never be a guess.
+*/}}
+{{- define "synthetic-sla-probe.secretFiles" -}}
+{{- $values := .values -}}
+{{- $config := .config -}}
+{{- with $values.kafka.sasl.existingSecret.name -}}
+{{- $sasl := dig "kafka" "sasl" nil $config -}}
+{{- if not (and $sasl (kindIs "map" $sasl)) -}}
+{{- fail "kafka.sasl.existingSecret needs config.kafka.sasl.mechanism and config.kafka.sasl.username" -}}
+{{- end -}}
+{{- range list "password" "password_file" -}}
+{{- if hasKey $sasl . -}}
+{{- fail (printf "config.kafka.sasl.%s: give the password by kafka.sasl.existingSecret or in the config, not both" .) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $sasl "password_file" "/etc/sla-probe/kafka-sasl/password" -}}
+{{- end -}}
+{{- with $values.mqtt.existingSecret.name -}}
+{{- $mqtt := dig "mqtt" (dict) $config -}}
+{{- range list "password" "password_file" -}}
+{{- if hasKey $mqtt . -}}
+{{- fail (printf "config.mqtt.%s: give the password by mqtt.existingSecret or in the config, not both" .) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $mqtt "password_file" "/etc/sla-probe/mqtt-password/password" -}}
+{{- $_ := set $config "mqtt" $mqtt -}}
+{{- end -}}
+{{- range $section := list "kafka" "mqtt" -}}
+{{- $secret := get $values $section | dig "tls" (dict) -}}
+{{- if $secret.existingSecret -}}
+{{- $parent := dig $section (dict) $config -}}
+{{- $tls := dig "tls" (dict) $parent -}}
+{{- range list "ca_file" "cert_file" "key_file" -}}
+{{- if hasKey $tls . -}}
+{{- fail (printf "config.%s.tls.%s is set by %s.tls.existingSecret: leave it out of the config" $section . $section) -}}
+{{- end -}}
+{{- end -}}
+{{- $dir := printf "/etc/sla-probe/%s-tls" $section -}}
+{{- if $secret.caKey -}}
+{{- $_ := set $tls "ca_file" (printf "%s/ca.crt" $dir) -}}
+{{- end -}}
+{{- if and $secret.certKey $secret.keyKey -}}
+{{- $_ := set $tls "cert_file" (printf "%s/tls.crt" $dir) -}}
+{{- $_ := set $tls "key_file" (printf "%s/tls.key" $dir) -}}
+{{- end -}}
+{{- $_ := set $parent "tls" $tls -}}
+{{- $_ := set $config $section $parent -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The Secrets of kafka.sasl, kafka.tls, mqtt and mqtt.tls as volumes, each key under the
+file name secretFiles points the config at (a key missing from its Secret keeps the pod
+from starting, which says why, rather than the probe failing later on a missing file).
+*/}}
+{{- define "synthetic-sla-probe.secretVolumes" -}}
+{{- $volumes := list -}}
+{{- with .Values.kafka.sasl.existingSecret }}{{ if .name -}}
+{{- $volumes = append $volumes (dict "name" "kafka-sasl" "secret" (dict "secretName" .name "defaultMode" 256 "items" (list (dict "key" .key "path" "password")))) -}}
+{{- end }}{{ end -}}
+{{- with .Values.mqtt.existingSecret }}{{ if .name -}}
+{{- $volumes = append $volumes (dict "name" "mqtt-password" "secret" (dict "secretName" .name "defaultMode" 256 "items" (list (dict "key" .key "path" "password")))) -}}
+{{- end }}{{ end -}}
+{{- range $section := list "kafka" "mqtt" -}}
+{{- $secret := get $.Values $section | dig "tls" (dict) -}}
+{{- if $secret.existingSecret -}}
+{{- $items := list -}}
+{{- if $secret.caKey }}{{ $items = append $items (dict "key" $secret.caKey "path" "ca.crt") }}{{ end -}}
+{{- if and $secret.certKey $secret.keyKey -}}
+{{- $items = append $items (dict "key" $secret.certKey "path" "tls.crt") -}}
+{{- $items = append $items (dict "key" $secret.keyKey "path" "tls.key") -}}
+{{- end -}}
+{{- $volumes = append $volumes (dict "name" (printf "%s-tls" $section) "secret" (dict "secretName" $secret.existingSecret "defaultMode" 256 "items" $items)) -}}
+{{- end -}}
+{{- end -}}
+{{- with $volumes }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{- define "synthetic-sla-probe.secretVolumeMounts" -}}
+{{- range (include "synthetic-sla-probe.secretVolumes" . | fromYamlArray) }}
+- name: {{ .name }}
+  mountPath: {{ printf "/etc/sla-probe/%s" .name }}
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{/* The `config` volume: the chart's ConfigMap or Secret, or existingConfig. */}}
+{{- define "synthetic-sla-probe.configVolume" -}}
+- name: config
+  {{- with .Values.existingConfig }}{{ if .name }}
+  {{- if eq .kind "Secret" }}
+  secret:
+    secretName: {{ .name }}
+  {{- else }}
+  configMap:
+    name: {{ .name }}
+  {{- end }}
+  {{- end }}{{ end }}
+  {{- if not .Values.existingConfig.name }}
+  {{- if .Values.storeConfigInSecret }}
+  secret:
+    secretName: {{ include "synthetic-sla-probe.configName" . }}
+  {{- else }}
+  configMap:
+    name: {{ include "synthetic-sla-probe.configName" . }}
+  {{- end }}
+  {{- end }}
+{{- end -}}
+
+{{/*
+A duration as the probe reads one (20s, 500ms, 1m30s, 2h, or seconds as a number or
+text), in seconds: the rules derive thresholds from config.interval.
+*/}}
+{{- define "synthetic-sla-probe.seconds" -}}
+{{- $text := toString . | trim -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?$" $text -}}
+{{- $text | float64 -}}
+{{- else -}}
+{{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ms|s|m|h)" $text -1 -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . -}}
+{{- $total = addf $total (mulf ($number | float64) (get $units (trimPrefix $number .))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -143,7 +276,11 @@ sink's tables and checkpoint.
 {{- end -}}
 
 {{- define "synthetic-sla-probe.configChecksum" -}}
+{{- if .Values.existingConfig.name -}}
+{{- list .Values.existingConfig .Values.signingKeys.keyRing | toJson | sha256sum -}}
+{{- else -}}
 {{- list (include "synthetic-sla-probe.configFile" .) .Values.signingKeys.keyRing | toJson | sha256sum -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The Spark settings derived from spark.cores and spark.memory; the chart owns them. */}}
@@ -236,7 +373,11 @@ container's stderr keeps only the probe's JSON lines.
 {{- end -}}
 
 {{- define "synthetic-sla-probe.sinkConfigChecksum" -}}
+{{- if .Values.existingConfig.name -}}
+{{- list .Values.existingConfig .Values.signingKeys.keyRing | toJson | sha256sum -}}
+{{- else -}}
 {{- list (include "synthetic-sla-probe.sinkConfigFile" .) .Values.signingKeys.keyRing | toJson | sha256sum -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -244,14 +385,10 @@ Volumes and mounts every pod of the release has: the probe's, the sink's and the
 test pod's. The sink adds its scratch emptyDir and spark.extraVolumes.
 */}}
 {{- define "synthetic-sla-probe.volumes" -}}
-- name: config
-  {{- if .Values.storeConfigInSecret }}
-  secret:
-    secretName: {{ include "synthetic-sla-probe.configName" . }}
-  {{- else }}
-  configMap:
-    name: {{ include "synthetic-sla-probe.configName" . }}
-  {{- end }}
+{{ include "synthetic-sla-probe.configVolume" . }}
+{{- with include "synthetic-sla-probe.secretVolumes" . }}
+{{ . }}
+{{- end }}
 - name: signing-keys
   secret:
     secretName: {{ include "synthetic-sla-probe.keySecretName" . }}
@@ -271,6 +408,7 @@ test pod's. The sink adds its scratch emptyDir and spark.extraVolumes.
 - name: signing-keys
   mountPath: /etc/sla-probe/keys
   readOnly: true
+{{- include "synthetic-sla-probe.secretVolumeMounts" . }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}

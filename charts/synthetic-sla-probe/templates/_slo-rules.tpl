@@ -158,7 +158,8 @@ groups:
     rules:
       {{- with $alerts.partitionSilent }}
       {{- if .enabled }}
-      {{- $silentAfter := maxf 60 (mulf 3 $.Values.config.interval) }}
+      {{- $interval := include "synthetic-sla-probe.seconds" $.Values.config.interval | float64 }}
+      {{- $silentAfter := maxf 60 (mulf 3 $interval) }}
       # Staleness is computed at scrape time and keeps rising while a partition is
       # silent. A healthy partition peaks at one interval plus the latency; the
       # threshold is three missed rounds, and never under a minute.
@@ -171,7 +172,7 @@ groups:
           {{- end }}
         annotations:
           summary: {{ `{{ $labels.target }}/{{ $labels.stage }}: no canary from partition {{ $labels.partition }} for {{ $value | humanizeDuration }}` | quote }}
-          description: {{ printf "The freshest canary stage {{ $labels.stage }} has seen on partition {{ $labels.partition }} of target {{ $labels.target }} was produced {{ $value | humanizeDuration }} ago (threshold %vs: max(60s, 3 x the %vs interval)). Records on this partition are not getting through to this stage, and event time downstream stops advancing on it." $silentAfter $.Values.config.interval | quote }}
+          description: {{ printf "The freshest canary stage {{ $labels.stage }} has seen on partition {{ $labels.partition }} of target {{ $labels.target }} was produced {{ $value | humanizeDuration }} ago (threshold %vs: max(60s, 3 x the %vs interval)). Records on this partition are not getting through to this stage, and event time downstream stops advancing on it." $silentAfter $interval | quote }}
           runbook_url: {{ printf "%s#syntheticslapartitionsilent" $runbook }}
       {{- end }}
       {{- end }}
@@ -419,7 +420,8 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
     rules:
       {{- with $alerts.partitionSilent }}
       {{- if .enabled }}
-      {{- $silentAfter := maxf 60 (mulf 3 $.Values.config.interval) }}
+      {{- $interval := include "synthetic-sla-probe.seconds" $.Values.config.interval | float64 }}
+      {{- $silentAfter := maxf 60 (mulf 3 $interval) }}
       # The same page from the per-stage aggregate, for a probe that exports no
       # per-partition staleness (metrics.partition_series: none). Where the probe does
       # export it (all; stale, which has a series for every partition past one missed
@@ -439,7 +441,7 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
           {{- end }}
         annotations:
           summary: {{ `{{ $labels.target }}/{{ $labels.stage }}: a partition has had no canary for {{ $value | humanizeDuration }}` | quote }}
-          description: {{ printf "The stalest partition of stage {{ $labels.stage }} of target {{ $labels.target }} last had a canary {{ $value | humanizeDuration }} ago (threshold %vs: max(60s, 3 x the %vs interval)); synthetic_sla_stale_partitions says how many are stale. This probe exports no per-partition staleness (metrics.partition_series), so the alert cannot name the partition: the probe's logs do (lost and failed canaries name theirs)." $silentAfter $.Values.config.interval | quote }}
+          description: {{ printf "The stalest partition of stage {{ $labels.stage }} of target {{ $labels.target }} last had a canary {{ $value | humanizeDuration }} ago (threshold %vs: max(60s, 3 x the %vs interval)); synthetic_sla_stale_partitions says how many are stale. This probe exports no per-partition staleness (metrics.partition_series), so the alert cannot name the partition: the probe's logs do (lost and failed canaries name theirs)." $silentAfter $interval | quote }}
           runbook_url: {{ printf "%s#syntheticslapartitionsilent" $runbook }}
       {{- end }}
       {{- end }}

@@ -1,0 +1,221 @@
+"""The chart keeps secrets out of its values: the SASL and MQTT passwords and the TLS
+keys come from existing Secrets, mounted as files the rendered config points at; the
+whole config may come from an existing ConfigMap or Secret. And its schema takes
+durations as the probe does (``interval: 20s``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+from probe import config as probe_config
+from tests.test_chart import (
+    CHART,
+    Manifest,
+    _config_file,
+    _with,
+    only,
+    pod_specs,
+    render,
+    validate,
+)
+
+PASSWORD = "hunter2-must-not-render"
+SASL_USER = {"mechanism": "SCRAM-SHA-512", "username": "sla-probe"}
+
+SECURED = {
+    "config": {
+        "kafka": {"bootstrap_servers": "kafka-0.kafka:9093", "sasl": SASL_USER},
+        "mqtt": {"url": "mqtts://mqtt.example:8883", "username": "probe"},
+        "targets": ["kafka", "mqtt"],
+        "sink": {"path": "s3a://sla/orders"},
+        "reconcile": {"table": "s3a://sla/orders/canaries"},
+    },
+    "kafka": {
+        "sasl": {"existingSecret": {"name": "kafka-user", "key": "password"}},
+        "tls": {"existingSecret": "kafka-client-tls"},
+    },
+    "mqtt": {
+        "existingSecret": {"name": "mqtt-user", "key": "pw"},
+        "tls": {"existingSecret": "mqtt-ca", "certKey": ""},
+    },
+    "spark": {"enabled": True, "s3a": {"connector": "image"}},
+    "reconcile": {"enabled": True},
+}
+
+MOUNTS = {
+    "kafka-sasl": ("kafka-user", {"password": "password"}),
+    "kafka-tls": (
+        "kafka-client-tls",
+        {"ca.crt": "ca.crt", "tls.crt": "tls.crt", "tls.key": "tls.key"},
+    ),
+    "mqtt-password": ("mqtt-user", {"pw": "password"}),
+    "mqtt-tls": ("mqtt-ca", {"ca.crt": "ca.crt"}),
+}
+
+
+def _pods(manifests: list[Manifest]) -> list[tuple[str, Manifest]]:
+    pods = list(pod_specs(manifests))
+    reconcile = [
+        m
+        for m in manifests
+        if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("-reconcile")
+    ]
+    pods += [("reconcile", m["spec"]["template"]["spec"]) for m in reconcile]
+    return pods
+
+
+def test_passwords_and_keys_come_from_existing_secrets(tmp_path: Path) -> None:
+    manifests = render(SECURED)
+    for manifest in manifests:
+        validate(manifest)
+    pods = _pods(manifests)
+    assert {name for name, _ in pods} == {"probe", "sink", "helm-test", "reconcile"}
+    for name, pod in pods:
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        container = pod["containers"][0]
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        for volume, (secret, items) in MOUNTS.items():
+            assert volumes[volume]["secret"]["secretName"] == secret, name
+            given = {i["key"]: i["path"] for i in volumes[volume]["secret"]["items"]}
+            assert given == items, (name, volume)
+            assert mounts[volume]["mountPath"] == f"/etc/sla-probe/{volume}", name
+            assert mounts[volume]["readOnly"] is True
+    # No password in the config: a ConfigMap is fine, and the probe accepts it with the
+    # files where the mounts put them.
+    holder = next(m for m in manifests if m["metadata"]["name"].endswith("-config"))
+    assert holder["kind"] == "ConfigMap"
+    for name in ("probe.yaml", "sink.yaml"):
+        written = yaml.safe_load(_config_file(manifests, tmp_path, name).read_text())
+        assert written["kafka"]["sasl"] == {
+            **SASL_USER,
+            "password_file": "/etc/sla-probe/kafka-sasl/password",
+        }
+        assert written["kafka"]["tls"] == {
+            "ca_file": "/etc/sla-probe/kafka-tls/ca.crt",
+            "cert_file": "/etc/sla-probe/kafka-tls/tls.crt",
+            "key_file": "/etc/sla-probe/kafka-tls/tls.key",
+        }
+        assert written["mqtt"]["password_file"] == "/etc/sla-probe/mqtt-password/password"
+        assert written["mqtt"]["tls"] == {"ca_file": "/etc/sla-probe/mqtt-tls/ca.crt"}
+
+
+def test_the_rendered_config_is_one_the_probe_loads(tmp_path: Path) -> None:
+    """With the Secrets' files where the pod has them (here: rewritten to tmp_path)."""
+    text = _config_file(render(SECURED), tmp_path).read_text()
+    for volume in MOUNTS:
+        (tmp_path / volume).mkdir()
+        for name in ("password", "ca.crt", "tls.crt", "tls.key"):
+            (tmp_path / volume / name).write_text(PASSWORD + "\n")
+        text = text.replace(f"/etc/sla-probe/{volume}", str(tmp_path / volume))
+    path = tmp_path / "local.yaml"
+    path.write_text(text)
+    config = probe_config.load(path)
+    assert config.kafka.sasl is not None
+    assert config.kafka.sasl.password_value() == PASSWORD
+    assert config.mqtt.password_value() == PASSWORD
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        SECURED,
+        _with(SECURED, existingConfig={"kind": "Secret", "name": "probe-config"}),
+        # Inline, the old way: the config goes to a Secret, still never elsewhere.
+        _with(
+            SECURED,
+            kafka={"sasl": {"existingSecret": {"name": "", "key": "password"}}},
+            config={"kafka": {"sasl": {**SASL_USER, "password": PASSWORD}}},
+            storeConfigInSecret=True,
+        ),
+    ],
+    ids=["existing-secrets", "existing-config", "store-config-in-secret"],
+)
+def test_no_password_in_any_manifest_but_the_config_secret(values: dict[str, Any]) -> None:
+    for manifest in render(values):
+        if manifest["kind"] == "Secret" and manifest["metadata"]["name"].endswith("-config"):
+            continue
+        assert PASSWORD not in yaml.safe_dump(manifest), manifest["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        ({"config": {"kafka": {"sasl": {"password": PASSWORD}}}}, r"config\.kafka\.sasl\.password"),
+        ({"config": {"kafka": {"sasl": {"password_file": "/x"}}}}, r"kafka\.sasl\.password_file"),
+        ({"config": {"kafka": {"tls": {"ca_file": "/x"}}}}, r"config\.kafka\.tls\.ca_file"),
+        ({"config": {"mqtt": {"password": PASSWORD}}}, r"config\.mqtt\.password"),
+    ],
+)
+def test_a_secret_given_twice_is_refused(change: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(helm.HelmRenderError, match=complaint) as caught:
+        render(_with(SECURED, storeConfigInSecret=True, **change))
+    assert PASSWORD not in str(caught.value)
+
+
+def test_the_sasl_secret_needs_the_mechanism_and_user() -> None:
+    values = _with(SECURED)
+    del values["config"]["kafka"]["sasl"]
+    with pytest.raises(helm.HelmRenderError, match=r"config\.kafka\.sasl\.mechanism"):
+        render(values)
+
+
+@pytest.mark.parametrize("kind", ["ConfigMap", "Secret"])
+def test_the_whole_config_from_an_existing_object(kind: str) -> None:
+    values = {
+        # No brokers in the values: the config is not the chart's to render.
+        "config": {"interval": "30s"},
+        "existingConfig": {"kind": kind, "name": "team-probe-config"},
+        "prometheusRule": {"enabled": True},
+    }
+    manifests = render(values)
+    for manifest in manifests:
+        validate(manifest)
+    assert not [m for m in manifests if m["metadata"]["name"].endswith("-config")]
+    for _, pod in pod_specs(manifests):
+        config = next(v for v in pod["volumes"] if v["name"] == "config")
+        if kind == "Secret":
+            assert config["secret"] == {"secretName": "team-probe-config"}
+        else:
+            assert config["configMap"] == {"name": "team-probe-config"}
+    rule = yaml.safe_dump(only(manifests, "PrometheusRule"))
+    assert "threshold 90s: max(60s, 3 x the 30s interval)" in rule
+
+
+# -- the schema takes the probe's durations --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("interval", "seconds"),
+    [
+        ("20s", 20.0),
+        ("500ms", 0.5),
+        ("1m", 60.0),
+        ("1m30s", 90.0),
+        (20, 20.0),
+        (2.5, 2.5),
+        ("45", 45.0),
+    ],
+)
+def test_interval_takes_the_probes_durations(
+    tmp_path: Path, interval: object, seconds: float
+) -> None:
+    values = {"config": {"interval": interval, "kafka": {"bootstrap_servers": "k:9092"}}}
+    with helm.Chart.load(CHART) as chart:
+        chart.validate_schema(values)
+    manifests = render({**values, "prometheusRule": {"enabled": True}})
+    if seconds >= 1:
+        assert probe_config.load(_config_file(manifests, tmp_path)).interval == seconds
+    silent_after = max(60.0, 3 * seconds)
+    assert f"threshold {silent_after:g}s" in yaml.safe_dump(only(manifests, "PrometheusRule"))
+
+
+@pytest.mark.parametrize("interval", ["20 seconds", "20sec", "s", "-5s", 0, -1])
+def test_interval_refuses_what_the_probe_refuses(interval: object) -> None:
+    values = {"config": {"interval": interval, "kafka": {"bootstrap_servers": "k:9092"}}}
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError, match="interval"):
+        chart.validate_schema(values)
