@@ -534,7 +534,7 @@ def test_a_canary_read_again_at_its_offset_is_known_and_one_written_twice_is_a_d
     handed_over.import_state(KEY0, json.loads(json.dumps(exported)))
     assert handed_over.was_read_at(canaries[2], 2)
 
-    many = Judge(JudgePolicy(freshness_ns=50, loss_timeout_ns=200))
+    many = Judge(POLICY)
     stream = [Canary(PROBE, INC, TARGET, 0, seq, seq) for seq in range(READ_AT_KEPT + 10)]
     for offset, canary in enumerate(stream):
         many.on_arrived(canary, canary.produced_ns, offset=offset)

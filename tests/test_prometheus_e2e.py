@@ -76,14 +76,41 @@ class Prometheus:
             return False
 
 
+def launch_prometheus(tmp_path: Path, config: dict[str, Any]) -> Prometheus:
+    """A real Prometheus with this configuration, on a free port, once it is ready;
+    the caller terminates it."""
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus is not installed: `make test` installs it (Debian package)"
+    config_file = tmp_path / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config))
+    port = free_loopback_port()
+    log = tmp_path / "prometheus.log"
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config_file}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    prometheus = Prometheus(port, process, log)
+    wait_for(
+        lambda: process.poll() is not None or prometheus.ready(),
+        timeout=30,
+        what="Prometheus ready",
+    )
+    assert process.poll() is None, log.read_text()
+    return prometheus
+
+
 @pytest.fixture
 def start_prometheus(tmp_path: Path) -> Iterator[Callable[[int], Prometheus]]:
     """Start Prometheus scraping the probe on a port, with the shipped rules."""
     started: list[Prometheus] = []
 
     def start(probe_port: int) -> Prometheus:
-        binary = shutil.which("prometheus")
-        assert binary, "prometheus is not installed: `make test` installs it (Debian package)"
         config = {
             "global": {
                 "scrape_interval": "1s",
@@ -99,28 +126,8 @@ def start_prometheus(tmp_path: Path) -> Iterator[Callable[[int], Prometheus]]:
                 }
             ],
         }
-        config_file = tmp_path / "prometheus.yml"
-        config_file.write_text(yaml.safe_dump(config))
-        port = free_loopback_port()
-        log = tmp_path / "prometheus.log"
-        process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config_file}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        prometheus = Prometheus(port, process, log)
+        prometheus = launch_prometheus(tmp_path, config)
         started.append(prometheus)
-        wait_for(
-            lambda: process.poll() is not None or prometheus.ready(),
-            timeout=30,
-            what="Prometheus ready",
-        )
-        assert process.poll() is None, log.read_text()
         return prometheus
 
     yield start

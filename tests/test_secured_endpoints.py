@@ -6,7 +6,6 @@ the next connection (on the probe's own event loop, uvloop)."""
 from __future__ import annotations
 
 import os
-import shutil
 import ssl
 import subprocess
 import time
@@ -21,7 +20,7 @@ from probe.embedded import EmbeddedBroker, free_loopback_port
 from tests.certificates import CertificateAuthority
 from tests.conftest import SLA_PROBE, run_args, wait_for
 from tests.endpoint_client import EndpointClient
-from tests.test_prometheus_e2e import Prometheus
+from tests.test_prometheus_e2e import Prometheus, launch_prometheus
 
 USER, PASSWORD = "prometheus", "s3cret"
 JOB = "synthetic-sla-probe"
@@ -89,8 +88,6 @@ def secured_probe(
 
 
 def start_prometheus(tmp_path: Path, probe_port: int, files: dict[str, Path]) -> Prometheus:
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus is not installed: `make test` installs it (Debian package)"
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
         "scrape_configs": [
@@ -107,28 +104,7 @@ def start_prometheus(tmp_path: Path, probe_port: int, files: dict[str, Path]) ->
             }
         ],
     }
-    config_file = tmp_path / "prometheus.yml"
-    config_file.write_text(yaml.safe_dump(config))
-    port = free_loopback_port()
-    log = tmp_path / "prometheus.log"
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config_file}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    prometheus = Prometheus(port, process, log)
-    wait_for(
-        lambda: process.poll() is not None or prometheus.ready(),
-        timeout=30,
-        what="Prometheus ready",
-    )
-    assert process.poll() is None, log.read_text()
-    return prometheus
+    return launch_prometheus(tmp_path, config)
 
 
 def test_prometheus_scrapes_over_mutual_tls_with_basic_auth_and_nobody_else_does(

@@ -334,7 +334,11 @@ class KafkaCluster(Started):
         self.workdir = workdir
         self.started_in: float | None = None
         self._brokers = brokers
-        self._settings = {**CLUSTER_SETTINGS, **_sasl_plain(plain_users), **(settings or {})}
+        self._settings = {
+            **_fitted(CLUSTER_SETTINGS, brokers),
+            **_sasl_plain(plain_users),
+            **(settings or {}),
+        }
         self._advertised = dict(advertised_ports or {})
         self._client_protocol = "SASL_PLAINTEXT" if plain_users else "PLAINTEXT"
         self.nodes = self._new_nodes()
@@ -462,6 +466,16 @@ class KafkaCluster(Started):
 
     def resident_bytes(self) -> int:
         return sum(n.resident_bytes() for n in self.nodes.values())
+
+
+def _fitted(settings: Mapping[str, str], brokers: int) -> dict[str, str]:
+    """The settings with every replication factor and min ISR at most the node count:
+    a cluster of fewer nodes could create no topic (nor its __consumer_offsets)."""
+    replication = (".replication.factor", "min.insync.replicas", ".min.isr")
+    return {
+        name: str(min(int(value), brokers)) if name.endswith(replication) else value
+        for name, value in settings.items()
+    }
 
 
 def _sasl_plain(users: Mapping[str, str] | None) -> dict[str, str]:

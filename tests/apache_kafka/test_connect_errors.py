@@ -32,17 +32,6 @@ from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, wait_for
 PASSWORD = "probe-secret"
 WRONG_PASSWORD = "not-the-probe-secret"
 
-# One node: replication factor 1 wherever the cluster's settings ask for 3.
-ONE_NODE = {
-    "default.replication.factor": "1",
-    "min.insync.replicas": "1",
-    "offsets.topic.replication.factor": "1",
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "share.coordinator.state.topic.replication.factor": "1",
-    "share.coordinator.state.topic.min.isr": "1",
-}
-
 
 @dataclass(frozen=True)
 class Secured:
@@ -77,7 +66,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     with KafkaCluster(
         1,
         workdir=tmp_path_factory.mktemp("kafka-tls"),
-        settings=ONE_NODE,
         plain_users={"probe": PASSWORD},
         listeners=listeners,
     ) as cluster:

@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from probe.apache_kafka.cluster import KafkaCluster
-from tests.apache_kafka.test_connect_errors import ONE_NODE
 from tests.conftest import SLA_PROBE
 
 # Distinctive, so a match in the output can only be the password.
@@ -27,7 +26,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     with KafkaCluster(
         1,
         workdir=tmp_path_factory.mktemp("kafka-sasl"),
-        settings=ONE_NODE,
         plain_users={"probe": PASSWORD},
     ) as running:
         yield running

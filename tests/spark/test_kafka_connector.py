@@ -438,17 +438,8 @@ USERS = {"probe": "probe-secret"}
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """One Apache Kafka broker whose clients must log in with SASL/PLAIN."""
-    single = {
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-    }
     workdir = tmp_path_factory.mktemp("kafka-sasl")
-    with KafkaCluster(1, workdir=workdir, settings=single, plain_users=USERS) as cluster:
+    with KafkaCluster(1, workdir=workdir, plain_users=USERS) as cluster:
         yield cluster
 
 
