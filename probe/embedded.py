@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Self
 
 from probe.errors import TransportError
+from probe.signals import interrupts_deferred
 
 
 def free_loopback_port() -> int:
@@ -103,9 +104,10 @@ class LoopbackServer(Started):
                 if self._log_file
                 else subprocess.DEVNULL
             )
-            self._process = subprocess.Popen(
-                command, stdout=log, stderr=log, stdin=subprocess.DEVNULL
-            )
+            with interrupts_deferred():
+                self._process = subprocess.Popen(
+                    command, stdout=log, stderr=log, stdin=subprocess.DEVNULL
+                )
         deadline = time.monotonic() + timeout
         while not _accepts(self.port):
             if self._process.poll() is not None:

@@ -40,8 +40,31 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+# One list per open interrupts_deferred() block, innermost last: the signals it holds.
+_deferred: list[list[int]] = []
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    if _deferred:
+        _deferred[-1].append(signum)
+        return
     raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """A signal that :func:`interruptible` turns into :class:`Interrupted` is raised at
+    the end of this block, not in its middle: for a step that must not be cut in half.
+    Starting a child is one: a signal between the fork and ``Popen`` returning would
+    leave a child that no ``stop()`` knows of, an orphaned broker."""
+    held: list[int] = []
+    _deferred.append(held)
+    try:
+        yield
+    finally:
+        _deferred.pop()
+    if held:
+        raise Interrupted(held[0])
 
 
 @contextlib.contextmanager
