@@ -114,6 +114,7 @@ class ProduceFailed(TransportError):
     def __init__(self, reason: ProduceFailure, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else str(reason))
         self.reason = reason
+        self.detail = detail
 
 
 class StageFailed(ProbeError):

@@ -117,6 +117,9 @@ async def _probe_target_rounds(
         ready, reason = target.readiness()
         if not ready and tally.error is None:
             tally.error = reason
+        # Canaries the ACLs refused to write: the report says which ACL is missing.
+        if tally.error is None and target.producer is not None and target.producer.refusal:
+            tally.error = target.producer.refusal
         if sink is not None:
             await _await_sink(config, tally)
 

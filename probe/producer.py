@@ -25,6 +25,7 @@ sends (measured as the pipeline's latency). A round never spreads over more than
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 
@@ -35,6 +36,8 @@ from probe.judge import OwnProbe
 from probe.keys import KeySource
 from probe.stage import Stage, TargetRecorder
 from probe.transport import Transport
+
+log = logging.getLogger(__name__)
 
 
 def next_tick_ns(now_ns: int, interval_ns: int) -> int:
@@ -122,6 +125,9 @@ class CanaryProducer:
         self._send_timeout = send_timeout
         # Per partition, settled when its latest canary (and every one before) is.
         self._settled: dict[int, asyncio.Future[None]] = {}
+        # The last produce the cluster's ACLs refused, in words (the ACL to grant):
+        # logged when it first comes or changes, not once per canary.
+        self.refusal: str | None = None
 
     async def produce_round(
         self,
@@ -261,6 +267,9 @@ class CanaryProducer:
 
     def _failed(self, canary: Canary, failure: ProduceFailed, broker: int | None = None) -> None:
         now_ns = self._clock_ns()
+        if failure.reason is ProduceFailure.NOT_AUTHORIZED and failure.detail != self.refusal:
+            self.refusal = failure.detail
+            log.error("target %s: %s", self._target, failure.detail)
         if self._metrics is not None:
             self._metrics.produce_failed(self._target, failure.reason, broker)
         for stage in self._stages:

@@ -60,6 +60,7 @@ from probe.partition_summary import partitions_summary, ranges_summary
 from probe.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
 from probe.transport.kafka_connect_errors import diagnose
+from probe.transport.kafka_denials import denial
 from probe.transport.kafka_leaders import (
     PARTITIONS_PER_REQUEST,
     carry_out,
@@ -668,7 +669,8 @@ class KafkaTransport:
             self._came_back(partition, payload)
             if isinstance(exc, _PRODUCER_STATE_LOST):
                 self._renew_producer = True
-            raise ProduceFailed(produce_failure_reason(exc), str(exc)) from exc
+            reason = produce_failure_reason(exc)
+            raise ProduceFailed(reason, denial(exc, "Write", self._config) or str(exc)) from exc
         except asyncio.CancelledError:
             self._came_back(partition, payload)  # the producer's deadline passed, as above
             raise
@@ -742,7 +744,7 @@ class KafkaTransport:
                 # the target unready. The consumer reconnects by itself; the pause
                 # keeps a broker that is down from making this loop a busy one.
                 failed_at = time.monotonic()
-                self._note_read_problem(f"fetch failed: {exc}")
+                self._note_read_problem(denial(exc, "Read", self._config) or f"fetch failed: {exc}")
                 await asyncio.sleep(1.0)
                 continue
             if self._read_problem is not None and time.monotonic() - failed_at > settle_s:

@@ -127,10 +127,17 @@ def test_probing_an_existing_topic_needs_write_and_read(
         report = json.loads(done.stdout)
         outcomes = report["stages"]["consumer"]["outcomes"]
         assert outcomes["delivered"] == 0
+        # Named as the operation refused and the ACL to grant, for User:probe.
+        print(report["error"])
         if missing is AclOperation.WRITE:
             assert outcomes["produce_failed"] == sum(outcomes.values())
+            assert report["error"].startswith(
+                f"not authorized to Write to topic {topic} as User:probe: "
+                f"grant User:probe Write on topic {topic}"
+            ), report["error"]
         else:
-            assert "TopicAuthorizationFailed" in report["error"], report
+            assert f"not authorized to Read topic {topic} as User:probe: " in report["error"]
+            assert f"grant User:probe Read on topic {topic}" in report["error"]
     else:
         assert done.returncode == 0, done.stdout + done.stderr
 
