@@ -114,7 +114,11 @@ class Listener:
     client_ca_pem: str | None = None
 
     def settings(self, name: str) -> dict[str, str]:
-        """The broker settings of this listener, under its ``listener.name.`` prefix."""
+        """The broker settings of this listener, under its ``listener.name.`` prefix.
+
+        A SASL_SSL listener takes SCRAM-SHA-512 logins, checked against the
+        credentials the cluster was formatted with (``KafkaCluster(scram_users=)``)
+        or altered since through the admin API."""
         if self.key_pem is None or self.chain_pem is None:
             return {}
         prefix = f"listener.name.{name.lower()}."
@@ -123,6 +127,13 @@ class Listener:
             "ssl.keystore.key": self.key_pem,
             "ssl.keystore.certificate.chain": self.chain_pem,
         }
+        if self.protocol == "SASL_SSL":
+            own |= {
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "scram-sha-512.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                ),
+            }
         if self.client_ca_pem is not None:
             own |= {
                 "ssl.truststore.type": "PEM",
@@ -268,12 +279,20 @@ class KafkaNode(LoopbackServer):
             *args,
         ]
 
-    def format_command(self, cluster: str) -> list[str]:
+    def format_command(
+        self, cluster: str, scram_users: Mapping[str, str] | None = None
+    ) -> list[str]:
         # One id in 32 starts with "-" (URL-safe base64): as a separate argument the
         # tool's parser took it for an option and refused to format.
+        # SCRAM credentials go into the metadata log at format (KIP-900), as
+        # operators bootstrap the first users of a KRaft cluster.
+        scram = [
+            f"--add-scram=SCRAM-SHA-512=[name={name},password={password}]"
+            for name, password in (scram_users or {}).items()
+        ]
         return self.java(
             "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c",
-            str(self.properties),
+            str(self.properties), *scram,
         )  # fmt: skip
 
     def command(self) -> list[str]:
@@ -328,8 +347,10 @@ class KafkaCluster(Started):
         advertised_ports: Mapping[int, int] | None = None,
         plain_users: Mapping[str, str] | None = None,
         listeners: Mapping[str, Listener] | None = None,
+        scram_users: Mapping[str, str] | None = None,
     ) -> None:
         self.libs = libs or libs_dir()
+        self._scram_users = dict(scram_users or {})
         self._listeners = dict(listeners or {})
         self.workdir = workdir
         self.started_in: float | None = None
@@ -432,7 +453,7 @@ class KafkaCluster(Started):
         cluster = cluster_id()
         formats = {
             node: subprocess.Popen(
-                node.format_command(cluster),
+                node.format_command(cluster, self._scram_users),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

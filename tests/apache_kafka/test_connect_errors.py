@@ -2,8 +2,10 @@
 provoked for real on Apache Kafka's own listeners (probe.transport.kafka_connect_errors).
 
 One single-node KRaft cluster serves the whole module, with a client listener per
-case: SASL_PLAINTEXT (the main one, PLAIN users), PLAINTEXT, TLS, mutual TLS, and TLS
-with an expired certificate; the certificates are made here (tests/certificates.py).
+case: SASL_PLAINTEXT (the main one, PLAIN users), PLAINTEXT, TLS, mutual TLS, TLS
+with an expired certificate, and SASL_SSL with SCRAM-SHA-512 users (created at format,
+as operators bootstrap a KRaft cluster, and through the admin API); the certificates
+are made here (tests/certificates.py).
 """
 
 from __future__ import annotations
@@ -62,11 +64,13 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         "TLS": Listener("SSL", broker.key_pem, broker.certificate_pem),
         "MTLS": Listener("SSL", broker.key_pem, broker.certificate_pem, clients.pem),
         "EXPIRED": Listener("SSL", expired.key_pem, expired.certificate_pem),
+        "SCRAM": Listener("SASL_SSL", broker.key_pem, broker.certificate_pem),
     }
     with KafkaCluster(
         1,
         workdir=tmp_path_factory.mktemp("kafka-tls"),
         plain_users={"probe": PASSWORD},
+        scram_users={"probe": PASSWORD},
         listeners=listeners,
     ) as cluster:
         yield Secured(cluster, files)
@@ -138,6 +142,19 @@ CASES = {
         ["SASL authentication failed for user 'probe' with PLAIN",
          "check kafka.sasl.username and kafka.sasl.password"],
     ),
+    "wrong SCRAM password": (
+        "SCRAM",
+        {"tls": {"ca_file": "ca.crt"},
+         "sasl": {"mechanism": "SCRAM-SHA-512", "username": "probe", "password": WRONG_PASSWORD}},
+        ConnectFailure.SASL_FAILED,
+        ["SASL authentication failed for user 'probe' with SCRAM-SHA-512",
+         "check kafka.sasl.username and kafka.sasl.password"],
+    ),
+    "SCRAM without TLS on a SASL_SSL listener": (
+        "SCRAM",
+        {"sasl": {"mechanism": "SCRAM-SHA-512", "username": "probe", "password": PASSWORD}},
+        ConnectFailure.TLS_EXPECTED, ["the listener may need kafka.tls"],
+    ),
     "nothing listening": (
         "nowhere", {}, ConnectFailure.UNREACHABLE,
         ["connection refused (nothing listens on that port)", "kafka.bootstrap_servers"],
@@ -179,16 +196,23 @@ def test_the_cause_is_named_with_the_setting_to_change(secured: Secured, case: s
     assert PASSWORD not in line
 
 
+SCRAM = {"mechanism": "SCRAM-SHA-512", "username": "probe", "password": PASSWORD}
+
+
 @pytest.mark.parametrize(
-    ("listener", "tls"),
-    [("TLS", {"ca_file": "ca.crt"}),
-     ("MTLS", {"ca_file": "ca.crt", "cert_file": "client.crt", "key_file": "client.key"}),
-     ("localhost", {"ca_file": "ca.crt", "check_hostname": False})],
-    ids=["tls", "mutual-tls", "check-hostname-off"],
+    ("listener", "sections"),
+    [("TLS", {"tls": {"ca_file": "ca.crt"}}),
+     ("MTLS", {"tls": {"ca_file": "ca.crt", "cert_file": "client.crt",
+                       "key_file": "client.key"}}),
+     ("localhost", {"tls": {"ca_file": "ca.crt", "check_hostname": False}}),
+     ("SCRAM", {"tls": {"ca_file": "ca.crt"}, "sasl": SCRAM})],
+    ids=["tls", "mutual-tls", "check-hostname-off", "sasl-ssl-scram-sha-512"],
 )  # fmt: skip
-def test_the_settings_named_connect(secured: Secured, listener: str, tls: dict[str, Any]) -> None:
+def test_the_settings_named_connect(
+    secured: Secured, listener: str, sections: dict[str, Any]
+) -> None:
     """The fixes the lines suggest do work: the same listeners, set right."""
-    config = kafka(address_of(secured, listener), **with_files(secured, {"tls": tls}))
+    config = kafka(address_of(secured, listener), **with_files(secured, sections))
 
     async def start() -> int:
         transport = KafkaTransport(config)
@@ -304,3 +328,59 @@ def test_run_retries_and_shows_the_line_in_readyz_and_the_counter(
             assert samples.get(key, 0.0) == 0.0
     assert probe.process.poll() is None
     assert probe.stop() < 5.0
+
+
+def _set_scram_password(secured: Secured, user: str, password: str) -> None:
+    """As an operator rotates a password: through the admin API (on the PLAINTEXT
+    listener; this cluster has no authorizer)."""
+    from confluent_kafka.admin import (  # noqa: PLC0415
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": secured.address("PLAIN")})
+    upsert = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode()
+    )
+    for done in admin.alter_user_scram_credentials([upsert]).values():
+        done.result(timeout=30)
+
+
+def test_a_probe_restarted_with_a_rotated_scram_password_keeps_working(
+    secured: Secured, start_probe: Any, tmp_path: Path, key_file: Path
+) -> None:
+    """SASL_SSL with SCRAM-SHA-512, the password in a file (a mounted Secret): rotated
+    in the cluster and in the file, the restarted probe logs in with the new one, and
+    the old password is refused by name."""
+    user, first, second = "rotating", "first-pass-8c1d", "second-pass-a07e"
+    _set_scram_password(secured, user, first)
+    password_file = tmp_path / "password"
+    password_file.write_text(first + "\n")
+    config = tmp_path / "probe.yaml"
+    config.write_text(yaml.safe_dump({"kafka": {
+        "tls": {"ca_file": secured.file("ca.crt")},
+        "sasl": {"mechanism": "SCRAM-SHA-512", "username": user,
+                 "password_file": str(password_file)},
+    }}))  # fmt: skip
+    args = (*run_args(secured.address("SCRAM"), f"sla-{uuid.uuid4().hex[:8]}", key_file),
+            "--config", str(config))  # fmt: skip
+    probe: RunningProbe = start_probe(*args)
+    wait_for(lambda: probe.canaries("delivered") >= 2, timeout=60, what="delivered over SCRAM")
+    probe.stop()
+
+    _set_scram_password(secured, user, second)
+    refused = connect_failure(
+        kafka(secured.address("SCRAM"), tls={"ca_file": secured.file("ca.crt")},
+              sasl={"mechanism": "SCRAM-SHA-512", "username": user, "password": first})
+    )  # fmt: skip
+    assert refused.reason is ConnectFailure.SASL_FAILED, str(refused)
+    assert f"SASL authentication failed for user '{user}' with SCRAM-SHA-512" in str(refused)
+
+    password_file.write_text(second + "\n")
+    restarted: RunningProbe = start_probe(*args)
+    wait_for(lambda: restarted.canaries("delivered") >= 2, timeout=60, what="the new password")
+    log = restarted.log.read_text()
+    assert first not in log
+    assert second not in log
