@@ -1,6 +1,7 @@
-"""The pure half of probe.transport.kafka_connect_errors: addresses, the bytes a
-listener answers with, verify codes. Each cause provoked for real on Apache Kafka's
-listeners: tests/apache_kafka/test_connect_errors.py."""
+"""The pure half of probe.transport.kafka_connect_errors and connect_errors:
+addresses, the bytes a listener answers with, verify codes. Each cause provoked for
+real on Apache Kafka's listeners (tests/apache_kafka/test_connect_errors.py) and
+Mosquitto's (tests/test_mqtt_connect_errors.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,8 @@ import struct
 import pytest
 
 from probe.errors import ConnectFailure
-from probe.transport.kafka_connect_errors import (
-    answered_kafka,
-    answered_tls,
-    certificate_problem,
-    first_address,
-)
+from probe.transport.connect_errors import KAFKA, MQTT, answered_tls, certificate_problem
+from probe.transport.kafka_connect_errors import answered_kafka, first_address
 
 
 @pytest.mark.parametrize(
@@ -65,8 +62,14 @@ def _verify_error(code: int, message: str) -> ssl.SSLCertVerificationError:
 def test_verify_codes_name_their_setting(
     code: int, message: str, reason: ConnectFailure, setting: str
 ) -> None:
-    diagnosis = certificate_problem("b1:9093", "b1", _verify_error(code, message), "/etc/ca.pem")
+    error = _verify_error(code, message)
+    diagnosis = certificate_problem(KAFKA, "b1:9093", "b1", error, "/etc/ca.pem")
     assert diagnosis.reason is reason
     assert diagnosis.message.startswith("cannot connect to b1:9093: ")
     assert message in diagnosis.message
     assert setting in diagnosis.message
+    # The same cause, for MQTT: its own settings named.
+    mqtt = certificate_problem(MQTT, "b1:8883", "b1", error, "/etc/ca.pem")
+    assert mqtt.reason is reason
+    assert setting.replace("kafka.", "mqtt.") in mqtt.message
+    assert "kafka." not in mqtt.message
