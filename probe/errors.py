@@ -82,6 +82,7 @@ class ConnectFailure(StrEnum):
     TLS_UNEXPECTED = "tls_unexpected"  # a TLS client on a plaintext listener
     TLS_FAILED = "tls_failed"  # any other TLS handshake failure
     SASL_FAILED = "sasl_failed"  # authentication refused, or mechanism not offered
+    CREDENTIALS_REFUSED = "credentials_refused"  # MQTT: a CONNACK refusing the login
     OTHER = "other"
 
 

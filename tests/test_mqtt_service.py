@@ -80,8 +80,9 @@ def test_run_with_a_wrong_password_is_alive_not_ready_and_retrying(
         line = json.loads(retry_lines()[0])
         assert line["level"] == "warning"
         assert line["msg"].startswith(
-            f"target mqtt: mqtt broker 127.0.0.1:{broker.port} refused the connection: "
-            "Not authorized (check mqtt.username and mqtt.password); retrying in"
+            f"target mqtt: cannot connect to 127.0.0.1:{broker.port}: the broker refused the "
+            "login of user 'probe' (Not authorized): check mqtt.username and mqtt.password; "
+            "retrying in"
         )
         assert "pw-n0t-r1ght" not in probe.log.read_text()  # the password never reaches a log
         assert probe.process.poll() is None
@@ -140,6 +141,6 @@ def test_once_fails_with_the_reason_when_mqtt_refuses(tmp_path: Path, topic_pref
     assert json.loads(result.stdout)["ok"] is False
     errors = [json.loads(line) for line in result.stderr.splitlines() if '"error"' in line]
     assert errors[-1]["msg"] == (
-        f"cannot probe mqtt: mqtt broker 127.0.0.1:{broker.port} refused the connection: "
-        "Not authorized (check mqtt.username and mqtt.password)"
+        f"cannot probe mqtt: cannot connect to 127.0.0.1:{broker.port}: the broker refused "
+        "the login of user 'probe' (Not authorized): check mqtt.username and mqtt.password"
     )

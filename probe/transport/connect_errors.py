@@ -269,9 +269,9 @@ def exchange(
                 connection = stack.enter_context(context.wrap_socket(raw, server_hostname=host))
             except OSError as exc:
                 raise Failed(Layer.HANDSHAKE, exc) from exc
+        answer = b""
         try:
             connection.sendall(request)
-            answer = b""
             while len(answer) < wanted:
                 chunk = connection.recv(wanted - len(answer))
                 if not chunk:

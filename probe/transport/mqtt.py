@@ -59,15 +59,14 @@ from probe.config import MqttConfig, MqttTlsConfig, parse_mqtt_url
 from probe.errors import ProduceFailed, ProduceFailure, TransportError
 from probe.leadership import LeaderPlan
 from probe.transport import Arrival
+from probe.transport.connect_errors import Diagnosis
+from probe.transport.mqtt_connect_errors import listener_problem, refusal
 
 log = logging.getLogger(__name__)
 
 # A record on a topic under the prefix that is not a shard number (``<prefix>/x``)
 # is still judged (it is most likely hostile), on this pseudo-partition.
 NOT_A_SHARD = -1
-# CONNACK codes that mean "your credentials", as MQTT 3.1.1 return codes and MQTT 5
-# reason codes: the error line then says which settings to check.
-_CREDENTIAL_CODES = frozenset({4, 5, 0x86, 0x87})
 _SSL_SOURCE = re.compile(r"\s*\(_ssl\.c:\d+\)")
 # QoS 1/2 messages in flight per connection (paho's default and Mosquitto's).
 _INFLIGHT = 20
@@ -237,9 +236,24 @@ class MqttTransport:
         try:
             await client.__aenter__()
         except MqttConnectError as exc:
-            raise TransportError(self._refusal(exc)) from exc
+            raise self._refusal(exc).error() from exc
         except MqttError as exc:
-            raise TransportError(f"cannot connect to mqtt {self.address}: {_reason(exc)}") from exc
+            # paho's words at best ("certificate verify failed"), a lost connection at
+            # worst: a connection of our own names the cause and the setting.
+            context = tls_context(self._config.tls) if self._tls else None
+            diagnosis = await asyncio.to_thread(
+                listener_problem,
+                self._host,
+                self._port,
+                self._config.tls,
+                context,
+                self._config.send_timeout,
+            )
+            if diagnosis is None:
+                raise TransportError(
+                    f"cannot connect to mqtt {self.address}: {_reason(exc)}"
+                ) from exc
+            raise diagnosis.error() from exc
         return client
 
     def _client_options(self, role: str, *, persistent: bool) -> dict[str, Any]:
@@ -278,16 +292,12 @@ class MqttTransport:
             options["clean_session"] = not persistent
         return options
 
-    def _refusal(self, exc: MqttConnectError) -> str:
+    def _refusal(self, exc: MqttConnectError) -> Diagnosis:
         code = exc.rc
         text = str(code) if isinstance(code, ReasonCode) else connack_string(code or 0)
         text = text.removeprefix("Connection Refused: ").rstrip(".")
-        hint = ""
-        if code is not None and int(code if isinstance(code, int) else code.value) in (
-            _CREDENTIAL_CODES
-        ):
-            hint = " (check mqtt.username and mqtt.password)"
-        return f"mqtt broker {self.address} refused the connection: {text}{hint}"
+        value = 0 if code is None else int(code if isinstance(code, int) else code.value)
+        return refusal(self.address, value, text, self._config.username)
 
     async def _reconnect(
         self, role: str, connect: Callable[[], Awaitable[aiomqtt.Client]]
