@@ -32,9 +32,9 @@ from typing import TextIO
 from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
-from probe.config import ProbeConfig, require_for_reconcile
+from probe.config import KafkaConfig, ProbeConfig, require_for_reconcile
 from probe.endpoints import MetricsServer, build_app
-from probe.errors import ConfigError, ReconcileFailed
+from probe.errors import ConfigError, ConnectFailure, ReconcileFailed, TransportError
 from probe.metrics import ReconcileMetrics
 from probe.reconcile.outcome import Reconciliation, Verdict, WindowStatus
 from probe.reconcile.render import as_json, iso_time, render_table
@@ -133,12 +133,16 @@ class Reconciler:
         self.job = ReconcileJob(spark, self.settings, clock_ms)
         self.metrics = metrics
         self._clock_ms = clock_ms
+        self._kafka = config.kafka
 
     def run(self, run_id: str | None = None) -> Reconciliation:
         """One run, reported and counted. Raises ReconcileFailed (counted as a failed
         run) or ConfigError (the table does not fit the settings)."""
         try:
-            run = self.job.run(run_id or new_run_id(self._clock_ms()))
+            try:
+                run = self.job.run(run_id or new_run_id(self._clock_ms()))
+            except ReconcileFailed as failed:
+                raise _named(failed, self._kafka) from failed.__cause__
         except (ReconcileFailed, ConfigError):
             if self.metrics is not None:
                 self.metrics.failed()
@@ -156,6 +160,25 @@ class Reconciler:
             self.metrics.completed(run)
         _log_run(run)
         return run
+
+
+def _named(failed: ReconcileFailed, kafka: KafkaConfig) -> ReconcileFailed:
+    """A run that could not list the topic's offsets, with the cause named: the
+    driver's librdkafka says only "broker transport failure", so a connection of the
+    probe's own (probe.transport.kafka_connect_errors) names the certificate, the
+    listener or the login, and the setting to change, as `once` and `run` do."""
+    if not isinstance(failed.__cause__, TransportError):
+        return failed
+    from probe.transport.kafka import connection_options  # noqa: PLC0415 - aiokafka
+    from probe.transport.kafka_connect_errors import diagnose  # noqa: PLC0415
+
+    try:
+        diagnosis = asyncio.run(diagnose(kafka, connection_options(kafka), failed))
+    except TransportError:  # a TLS file it cannot load: the original says enough
+        return failed
+    if diagnosis.reason is ConnectFailure.OTHER:  # the broker answers: not a connection
+        return failed
+    return ReconcileFailed(diagnosis.message)
 
 
 def _log_run(run: Reconciliation) -> None:

@@ -11,6 +11,7 @@ are made here (tests/certificates.py).
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import urllib.error
 import urllib.request
@@ -384,3 +385,25 @@ def test_a_probe_restarted_with_a_rotated_scram_password_keeps_working(
     log = restarted.log.read_text()
     assert first not in log
     assert second not in log
+
+
+def test_reconcile_names_the_cause(secured: Secured, tmp_path: Path) -> None:
+    """The driver lists the topic's offsets with librdkafka, which says only "broker
+    transport failure": the run's error is the same line `once` prints."""
+    where = address_of(secured, "TLS")
+    config = tmp_path / "probe.yaml"
+    config.write_text(yaml.safe_dump({"kafka": {
+        "bootstrap_servers": where, "send_timeout": "3s",
+        "tls": {"ca_file": secured.file("other-ca.crt")},
+    }}))  # fmt: skip
+    done = subprocess.run(
+        [SLA_PROBE, "reconcile", "--config", str(config), "--topic", "synthetic-sla",
+         "--table", str(tmp_path / "table"), "--format", "raw", "--window-offsets", "10",
+         "--sink-path", str(tmp_path / "sink"), "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    print(error)
+    assert error.startswith(f"cannot connect to {where}: the broker's certificate is not trusted")
+    assert "set kafka.tls.ca_file" in error
