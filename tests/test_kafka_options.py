@@ -17,7 +17,8 @@ from confluent_kafka import Consumer
 from probe.config import load
 from probe.spark.kafka_source import FORCED, client_config
 from probe.spark.stage import kafka_client_options
-from probe.transport.kafka import connection_options, produce_failure_reason
+from probe.transport.kafka import produce_failure_reason
+from probe.transport.kafka_client import connection_options
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 
 from probe.config import KafkaConfig, ProbeConfig, require_for_reconcile
 from probe.endpoints import MetricsServer, build_app
-from probe.errors import ConfigError, ConnectFailure, ReconcileFailed, TransportError
+from probe.errors import ConfigError, ReconcileFailed, TransportError
 from probe.metrics import ReconcileMetrics
 from probe.reconcile.outcome import Reconciliation, Verdict, WindowStatus
 from probe.reconcile.render import as_json, iso_time, render_table
@@ -169,16 +169,10 @@ def _named(failed: ReconcileFailed, kafka: KafkaConfig) -> ReconcileFailed:
     listener or the login, and the setting to change, as `once` and `run` do."""
     if not isinstance(failed.__cause__, TransportError):
         return failed
-    from probe.transport.kafka import connection_options  # noqa: PLC0415 - aiokafka
-    from probe.transport.kafka_connect_errors import diagnose  # noqa: PLC0415
+    from probe.transport.kafka_connect_errors import cause_of  # noqa: PLC0415 - aiokafka
 
-    try:
-        diagnosis = asyncio.run(diagnose(kafka, connection_options(kafka), failed))
-    except TransportError:  # a TLS file it cannot load: the original says enough
-        return failed
-    if diagnosis.reason is ConnectFailure.OTHER:  # the broker answers: not a connection
-        return failed
-    return ReconcileFailed(diagnosis.message)
+    diagnosis = asyncio.run(cause_of(kafka, failed))
+    return failed if diagnosis is None else ReconcileFailed(diagnosis.message)
 
 
 def _log_run(run: Reconciliation) -> None:

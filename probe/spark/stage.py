@@ -334,6 +334,7 @@ class SparkSinkStage:
             ended = await self._one_run(target, first_batch_within, stop)
             if ended is None:
                 return
+            ended = await self.named(ended)
             decision = after_failure(
                 strategy,
                 state,
@@ -360,6 +361,20 @@ class SparkSinkStage:
             )  # fmt: skip
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), decision.delay)
+
+    async def named(self, ended: Ended) -> Ended:
+        """A query that could not read the topic (or start reading it), with the cause
+        named when it is the connection: the executors' and the driver's clients say
+        "broker transport failure" or time out, a connection of the probe's own names
+        the certificate, the listener or the login, and the setting to change."""
+        if ended.reason not in {"source", "start"}:
+            return ended
+        from probe.transport.kafka_connect_errors import cause_of  # noqa: PLC0415
+
+        diagnosis = await cause_of(self._config.kafka, RuntimeError(ended.detail))
+        if diagnosis is None:
+            return ended
+        return Ended(ended.reason, f"sink query cannot read the topic: {diagnosis.message}")
 
     async def _one_run(
         self, target: TargetProbe, within: float | None, stop: asyncio.Event

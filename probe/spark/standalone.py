@@ -16,6 +16,7 @@ import sys
 
 from probe.config import ProbeConfig
 from probe.endpoints import MetricsServer, build_app
+from probe.errors import TransportError
 from probe.keys import KeyRing
 from probe.metrics import service_metrics
 from probe.signals import stop_on_signals
@@ -43,14 +44,19 @@ async def serve_sink(
     server = MetricsServer.from_settings(build_app(registry, sink.readiness), config.metrics)
     await server.start()
     try:
-        await sink.start()
-        ended = await sink.first_batch(config.sink.first_batch_timeout, stop)
-        if ended is None and not stop.is_set():
-            sink.ready = True
-            metrics.target_ready(config.target, True)
-            log.info("sink query running: first batch committed")
-            ended = await sink.running(stop)
+        try:
+            await sink.start()
+        except TransportError as exc:  # the driver could not list the topic's brokers
+            ended: Ended | None = Ended("source", f"sink query cannot start: {exc}")
+        else:
+            ended = await sink.first_batch(config.sink.first_batch_timeout, stop)
+            if ended is None and not stop.is_set():
+                sink.ready = True
+                metrics.target_ready(config.target, True)
+                log.info("sink query running: first batch committed")
+                ended = await sink.running(stop)
         if ended is not None:
+            ended = await sink.named(ended)
             log.error("sink stage ended: %s", ended.detail)
         return ended
     finally:

@@ -201,12 +201,13 @@ def tls_expected(client: Client, where: str, how: str) -> Diagnosis:
     )
 
 
-def tls_unexpected(client: Client, where: str) -> Diagnosis:
+def tls_unexpected(
+    client: Client, where: str, how: str = "the broker dropped the TLS handshake"
+) -> Diagnosis:
     return Diagnosis(
         ConnectFailure.TLS_UNEXPECTED,
-        f"cannot connect to {where}: the broker dropped the TLS handshake and answers "
-        f"{client.protocol} requests in plaintext: the listener may not need "
-        f"{client.needs_no_tls}",
+        f"cannot connect to {where}: {how} and answers {client.protocol} requests in "
+        f"plaintext: the listener may not need {client.needs_no_tls}",
     )
 
 

@@ -39,7 +39,7 @@ from aiokafka.errors import (
 )
 
 from probe.config import KafkaConfig
-from probe.errors import ConnectFailure
+from probe.errors import ConfigError, ConnectFailure, TransportError
 from probe.transport.connect_errors import (
     KAFKA,
     Diagnosis,
@@ -59,6 +59,7 @@ from probe.transport.connect_errors import (
     tls_unexpected,
     unreachable,
 )
+from probe.transport.kafka_client import connection_options
 
 # Kafka clients' port when a bootstrap server names none.
 DEFAULT_PORT = 9092
@@ -148,6 +149,14 @@ def _listener_problem(
         if (refused := alert(cause)) is not None:
             cert_file = str(tls.cert_file) if tls is not None and tls.cert_file else None
             return client_certificate_problem(KAFKA, where, refused, cert_file)
+        if (
+            failed.layer is Layer.HANDSHAKE
+            and isinstance(cause, TimeoutError)
+            and speaks_kafka(False)
+        ):
+            # A plaintext listener that waits for the rest of a "request" (the
+            # ClientHello read as one) rather than dropping the connection.
+            return tls_unexpected(KAFKA, where, "the broker did not answer the TLS handshake")
         if failed.layer is Layer.CONNECT or isinstance(cause, TimeoutError):
             return unreachable(KAFKA, where, failed.layer, cause, timeout)
         if context is None:
@@ -215,7 +224,7 @@ async def diagnose(
 ) -> Diagnosis:
     """Why the clients could not connect (``failure``: what aiokafka raised), found by
     one connection of its own to the first bootstrap server. ``options``: the clients'
-    (probe.transport.kafka.connection_options), for the same TLS context."""
+    (probe.transport.kafka_client.connection_options), for the same TLS context."""
     servers = config.bootstrap_servers or ""
     host, port = first_address(servers)
     context = options.get("ssl_context")
@@ -227,3 +236,14 @@ async def diagnose(
     # The first server answers now: the failure was elsewhere or is over.
     now = f"{shown(host, port)} answers a direct connection now"
     return other(servers, f"{failure or 'no broker answered'} ({now})")
+
+
+async def cause_of(config: KafkaConfig, failure: BaseException) -> Diagnosis | None:
+    """Why another client (librdkafka on Spark's driver, the executors' readers) could
+    not reach the brokers, when a connection of the probe's own finds a cause; None
+    when the first broker answers it (the failure was not the connection)."""
+    try:
+        diagnosis = await diagnose(config, connection_options(config), failure)
+    except (TransportError, ConfigError):  # a TLS file it cannot load: said elsewhere
+        return None
+    return None if diagnosis.reason is ConnectFailure.OTHER else diagnosis

@@ -99,6 +99,14 @@ def listener_problem(
         if (refused := alert(cause)) is not None:
             cert_file = str(tls.cert_file) if tls is not None and tls.cert_file else None
             return client_certificate_problem(MQTT, where, refused, cert_file)
+        if (
+            failed.layer is Layer.HANDSHAKE
+            and isinstance(cause, TimeoutError)
+            and speaks_mqtt(False)
+        ):
+            # A plaintext listener that waits for the rest of a "request" (the
+            # ClientHello read as one) rather than dropping the connection.
+            return tls_unexpected(MQTT, where, "the broker did not answer the TLS handshake")
         if failed.layer is Layer.CONNECT or isinstance(cause, TimeoutError):
             return unreachable(MQTT, where, failed.layer, cause, timeout)
         if context is None:

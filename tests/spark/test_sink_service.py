@@ -22,6 +22,7 @@ from probe.config import load
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.keys import generate_key_ring
 from probe.spark.standalone import serve_sink
+from tests.certificates import CertificateAuthority
 from tests.conftest import (
     SLA_PROBE,
     RunningProbe,
@@ -244,6 +245,36 @@ async def test_the_standalone_sink_ends_when_its_query_does(
     assert ended is not None
     assert (ended.reason, ended.detail) == ("stopped", "sink query stopped")
     assert http_status(port, "/healthz") == 0  # its server is closed
+
+
+async def test_a_sink_that_cannot_connect_ends_saying_why(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """kafka.tls towards a plaintext listener: the sink's reader on the driver says
+    only "broker transport failure"; the sink ends naming the cause and the setting,
+    as the consumer stage would (and `run`'s /readyz shows it while it restarts)."""
+    (tmp_path / "ca.crt").write_text(CertificateAuthority("a CA").pem)
+    config = load(
+        overrides={
+            "kafka.bootstrap_servers": broker.bootstrap_servers,
+            "kafka.topic": topic,
+            "kafka.send_timeout": "3s",
+            "kafka.tls.ca_file": str(tmp_path / "ca.crt"),
+            "sink.path": str(tmp_path / "sink"),
+            "sink.master": "local[2]",  # the tests' session: getOrCreate returns it
+            "metrics.host": "127.0.0.1",
+            "metrics.port": free_loopback_port(),
+        }
+    )
+    ended = await asyncio.wait_for(serve_sink(config, generate_key_ring()), SINK_UP)
+    assert ended is not None
+    print(ended.detail)
+    assert ended.reason == "source"
+    assert ended.detail.startswith(
+        f"sink query cannot read the topic: cannot connect to {broker.bootstrap_servers}: "
+        "the broker did not answer the TLS handshake and answers Kafka requests in plaintext"
+    )
+    assert "the listener may not need kafka.tls" in ended.detail
 
 
 # --- A clean stop: no traceback, no py4j error, no INTERNAL_ERROR in Spark's log ------
