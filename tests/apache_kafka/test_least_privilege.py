@@ -27,8 +27,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from probe.apache_kafka.cluster import KafkaCluster
+from probe.apache_kafka.cluster import KafkaCluster, Listener
 from tests.apache_kafka.kafka_admin import admin, create_topic, describe, leaders
+from tests.certificates import CertificateAuthority
 from tests.conftest import SLA_PROBE, RunningProbe, sample, wait_for
 
 USERS = {"admin": "admin-secret", "probe": "probe-secret"}
@@ -44,7 +45,22 @@ OPTIONAL = (AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS)
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ca.crt, and broker.key/broker.crt for the SASL_SSL listener (127.0.0.1)."""
+    files = tmp_path_factory.mktemp("acl-tls")
+    authority = CertificateAuthority("brokers' CA")
+    (files / "ca.crt").write_text(authority.pem)
+    authority.issue("127.0.0.1").write(files, "broker")
+    return files
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory, tls_files: Path) -> Iterator[KafkaCluster]:
+    """SASL/PLAIN on the main listener; SASL_SSL with SCRAM-SHA-512 on "SCRAM", for the
+    same User:probe (SCRAM credentials made at format)."""
+    scram = Listener(
+        "SASL_SSL", (tls_files / "broker.key").read_text(), (tls_files / "broker.crt").read_text()
+    )
     settings = {
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         # The brokers and controllers talk as User:ANONYMOUS on their own listeners.
@@ -52,7 +68,13 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
         "allow.everyone.if.no.acl.found": "false",
     }
     workdir = tmp_path_factory.mktemp("kafka-acls")
-    with KafkaCluster(workdir=workdir, settings=settings, plain_users=USERS) as cluster:
+    with KafkaCluster(
+        workdir=workdir,
+        settings=settings,
+        plain_users=USERS,
+        scram_users={"probe": USERS["probe"]},
+        listeners={"SCRAM": scram},
+    ) as cluster:
         yield cluster
 
 
@@ -188,3 +210,45 @@ def test_moving_leaders_needs_alter_on_the_cluster(  # noqa: PLR0917 - fixtures
         assert "cannot give every broker" not in probe.log.read_text()
     assert leaders(describe(servers, topic, **AS_ADMIN)) == {1}
     assert unmeasured() == 2
+
+
+def test_every_stage_passes_through_sasl_ssl_with_scram_and_only_the_probing_acls(
+    secured: KafkaCluster, topic: str, tmp_path: Path, tls_files: Path, key_file: Path
+) -> None:
+    """The consumer, the Spark sink's readers (on the driver and the executors) and
+    reconcile, over SASL_SSL with SCRAM-SHA-512, with Write and Read on the topic and
+    nothing else."""
+    create_topic(secured.bootstrap_servers, topic, 3, **AS_ADMIN)
+    grant(secured, topic, *PROBING)
+    config = tmp_path / "probe.yaml"
+    config.write_text(yaml.safe_dump({
+        "kafka": {
+            "bootstrap_servers": secured.bootstrap_servers_of("SCRAM"),
+            "topic": topic,
+            "create_topic": False,
+            "tls": {"ca_file": str(tls_files / "ca.crt")},
+            "sasl": {"mechanism": "SCRAM-SHA-512", "username": "probe",
+                     "password": USERS["probe"]},
+        },
+        "sink": {"path": str(tmp_path / "sink")},
+    }))  # fmt: skip
+    done = subprocess.run(
+        [SLA_PROBE, "once", "--config", str(config), "--stages", "consumer,sink",
+         "--signing-key-file", str(key_file), "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    stages = json.loads(done.stdout)["stages"]
+    assert stages["consumer"]["outcomes"]["delivered"] == 9
+    assert stages["sink"]["outcomes"]["delivered"] == 9
+
+    reconciled = subprocess.run(
+        [SLA_PROBE, "reconcile", "--config", str(config), "--signing-key-file", str(key_file),
+         "--settle", "1s", "--window-offsets", "1", "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert reconciled.returncode == 0, reconciled.stdout + reconciled.stderr[-3000:]
+    report = json.loads(reconciled.stdout)
+    assert report["ok"] is True, report
+    assert report["judged"] >= 9, report  # and the sink's warm-up canaries
+    assert USERS["probe"] not in done.stderr + reconciled.stderr
