@@ -109,6 +109,39 @@ _DURATION = {
     + ")$",
 }
 _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+# A key of a Secret (or ConfigMap) in the ServiceMonitor's namespace.
+_KEY_SELECTOR = {
+    "type": "object",
+    "required": ["key"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string"},
+        "key": {"type": "string"},
+        "optional": {"type": "boolean"},
+    },
+}
+_SECRET_OR_CONFIG_MAP = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"secret": _KEY_SELECTOR, "configMap": _KEY_SELECTOR},
+}
+# The operator's SafeTLSConfig and BasicAuth.
+_TLS_CONFIG = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "ca": _SECRET_OR_CONFIG_MAP,
+        "cert": _SECRET_OR_CONFIG_MAP,
+        "keySecret": _KEY_SELECTOR,
+        "serverName": {"type": "string"},
+        "insecureSkipVerify": {"type": "boolean"},
+    },
+}
+_BASIC_AUTH = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"username": _KEY_SELECTOR, "password": _KEY_SELECTOR},
+}
 _META_V1 = "/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1"
 _OBJECT_META = {"$ref": f"{_META_V1}.ObjectMeta"}
 _LABEL_SELECTOR = {"$ref": f"{_META_V1}.LabelSelector"}
@@ -165,6 +198,9 @@ CRD_SCHEMAS = {
                             "scrapeTimeout": _DURATION,
                             "relabelings": {"type": "array", "items": {"type": "object"}},
                             "metricRelabelings": {"type": "array", "items": {"type": "object"}},
+                            "scheme": {"enum": ["http", "https"]},
+                            "tlsConfig": _TLS_CONFIG,
+                            "basicAuth": _BASIC_AUTH,
                         },
                     },
                 },

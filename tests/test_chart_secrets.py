@@ -5,6 +5,7 @@ durations as the probe does (``interval: 20s``)."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,7 @@ def test_a_secret_given_twice_is_refused(change: dict[str, Any], complaint: str)
 
 
 def test_the_sasl_secret_needs_the_mechanism_and_user() -> None:
-    values = _with(SECURED)
+    values = copy.deepcopy(SECURED)  # _with shares what it leaves alone
     del values["config"]["kafka"]["sasl"]
     with pytest.raises(helm.HelmRenderError, match=r"config\.kafka\.sasl\.mechanism"):
         render(values)
@@ -219,3 +220,66 @@ def test_interval_refuses_what_the_probe_refuses(interval: object) -> None:
     values = {"config": {"interval": interval, "kafka": {"bootstrap_servers": "k:9092"}}}
     with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError, match="interval"):
         chart.validate_schema(values)
+
+
+WEB = _with(
+    SECURED,
+    webConfig={"existingSecret": "probe-web"},
+    serviceMonitor={
+        "enabled": True,
+        "tlsConfig": {"ca": {"secret": {"name": "probe-web", "key": "ca.crt"}},
+                      "serverName": "sla-probe"},
+        "basicAuth": {"username": {"name": "probe-scrape", "key": "username"},
+                      "password": {"name": "probe-scrape", "key": "password"}},
+    },
+)  # fmt: skip
+
+
+def test_the_web_config_secures_every_pod_and_the_scrape(tmp_path: Path) -> None:
+    """webConfig.existingSecret: every pod that serves endpoints mounts it and is told
+    of it (metrics.web_config_file), the kubelet checks over HTTPS, and the
+    ServiceMonitor scrapes https with the TLS and basic-auth settings given."""
+    manifests = render(WEB)
+    for manifest in manifests:
+        validate(manifest)
+    for name, pod in _pods(manifests):
+        if name == "helm-test":  # `once` serves nothing
+            continue
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["web"]["secret"]["secretName"] == "probe-web", name
+        assert "items" not in volumes["web"]["secret"]  # the config and the files it names
+        container = pod["containers"][0]
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["web"] == "/etc/sla-probe/web", name
+        for check in ("livenessProbe", "readinessProbe"):
+            assert container[check]["httpGet"]["scheme"] == "HTTPS", (name, check)
+    for file in ("probe.yaml", "sink.yaml"):
+        written = yaml.safe_load(_config_file(manifests, tmp_path, file).read_text())
+        assert written["metrics"]["web_config_file"] == "/etc/sla-probe/web/web-config.yml"
+    (endpoint,) = only(manifests, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == WEB["serviceMonitor"]["tlsConfig"]
+    assert endpoint["basicAuth"] == WEB["serviceMonitor"]["basicAuth"]
+
+
+def test_with_basic_auth_the_kubelet_checks_tcp() -> None:
+    manifests = render(_with(WEB, webConfig={"kubeletProbes": "tcp"}))
+    for name, pod in _pods(manifests):
+        if name == "helm-test":
+            continue
+        container = pod["containers"][0]
+        for check in ("livenessProbe", "readinessProbe"):
+            assert "httpGet" not in container[check], (name, check)
+            assert container[check]["tcpSocket"] == {"port": "metrics"}, (name, check)
+            validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                      "spec": {"containers": [container]}})  # fmt: skip
+
+
+def test_without_a_web_config_nothing_changes() -> None:
+    manifests = render(SECURED)
+    for name, pod in _pods(manifests):
+        if name == "helm-test":
+            continue
+        container = pod["containers"][0]
+        assert "web" not in {v["name"] for v in pod["volumes"]}
+        assert "scheme" not in container["readinessProbe"]["httpGet"]

@@ -112,6 +112,9 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- end -}}
 {{- include "synthetic-sla-probe.secretFiles" (dict "values" $values "config" $config) -}}
 {{- $metrics := dict "host" "0.0.0.0" "port" (int $values.service.port) "latency_threshold" $values.slo.latency.thresholdSeconds -}}
+{{- if $values.webConfig.existingSecret -}}
+{{- $_ := set $metrics "web_config_file" (printf "/etc/sla-probe/web/%s" $values.webConfig.key) -}}
+{{- end -}}
 {{- $_ := set $config "metrics" (mergeOverwrite (dig "metrics" (dict) $config) $metrics) -}}
 {{- $_ := set $config "sink" (mergeOverwrite (dig "sink" (dict) $config) (dict "latency_threshold" $values.slo.latency.sinkThresholdSeconds)) -}}
 {{- if hasKey $config "stages" -}}
@@ -206,7 +209,30 @@ from starting, which says why, rather than the probe failing later on a missing 
 {{- $volumes = append $volumes (dict "name" (printf "%s-tls" $section) "secret" (dict "secretName" $secret.existingSecret "defaultMode" 256 "items" $items)) -}}
 {{- end -}}
 {{- end -}}
+{{- with .Values.webConfig.existingSecret -}}
+{{- $volumes = append $volumes (dict "name" "web" "secret" (dict "secretName" . "defaultMode" 256)) -}}
+{{- end -}}
 {{- with $volumes }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/*
+A kubelet probe (.probe, livenessProbe or readinessProbe) of a pod serving the web
+config's endpoints: over HTTPS when they serve TLS, or a TCP check (kubeletProbes: tcp)
+when they require basic auth or client certificates, which the kubelet lacks.
+*/}}
+{{- define "synthetic-sla-probe.kubeletProbe" -}}
+{{- $probe := deepCopy .probe -}}
+{{- $web := .root.Values.webConfig -}}
+{{- if and $web.existingSecret (hasKey $probe "httpGet") -}}
+{{- if eq $web.kubeletProbes "tcp" -}}
+{{- $port := $probe.httpGet.port -}}
+{{- $_ := unset $probe "httpGet" -}}
+{{- $_ := set $probe "tcpSocket" (dict "port" $port) -}}
+{{- else if $web.tls -}}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $probe -}}
 {{- end -}}
 
 {{- define "synthetic-sla-probe.secretVolumeMounts" -}}
