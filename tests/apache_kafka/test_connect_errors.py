@@ -40,6 +40,7 @@ WRONG_PASSWORD = "not-the-probe-secret"
 class Secured:
     cluster: KafkaCluster
     files: Path  # ca.crt, other-ca.crt, client.crt/.key, stranger.crt/.key
+    clients: CertificateAuthority  # the CA the mutual-TLS listener takes clients of
 
     def address(self, listener: str) -> str:
         return self.cluster.bootstrap_servers_of(listener)
@@ -74,7 +75,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         scram_users={"probe": PASSWORD},
         listeners=listeners,
     ) as cluster:
-        yield Secured(cluster, files)
+        yield Secured(cluster, files, clients)
 
 
 def kafka(bootstrap_servers: str, **sections: Any) -> KafkaConfig:
@@ -407,3 +408,33 @@ def test_reconcile_names_the_cause(secured: Secured, tmp_path: Path) -> None:
     print(error)
     assert error.startswith(f"cannot connect to {where}: the broker's certificate is not trusted")
     assert "set kafka.tls.ca_file" in error
+
+
+def test_a_probe_restarted_with_a_rotated_client_certificate_keeps_working(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """Mutual TLS, the pair in files a renewal rewrites in place (cert-manager's
+    Secret): the next start uses the new pair; one the broker does not take is refused
+    by name."""
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    cert, key = secured.clients.issue("probe", client=True).write(mounted, "tls")
+    config = {
+        "kafka": {
+            "bootstrap_servers": secured.address("MTLS"),
+            "tls": {"ca_file": secured.file("ca.crt"), "cert_file": str(cert),
+                    "key_file": str(key)},
+        },
+        "once": {"rounds": 1},
+    }  # fmt: skip
+    first = once(config=config, tmp_path=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    renewed = secured.clients.issue("probe", client=True)
+    assert renewed.write(mounted, "tls") == (cert, key)
+    second = once(config=config, tmp_path=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    CertificateAuthority("an unknown CA").issue("probe", client=True).write(mounted, "tls")
+    third = once("--json", config=config, tmp_path=tmp_path)
+    assert third.returncode == 1
+    error = json.loads(third.stdout)["error"]
+    assert "the broker refused the client certificate of kafka.tls.cert_file" in error, error
