@@ -82,7 +82,8 @@ lock:
 rules: python-deps
 	$(VENV)/bin/python charts/render_rules.py
 
-# Every local game-day scenario, the slow ones too (the quick ones also run in `make test`).
+# Every local game-day scenario, the slow ones too, each held to its `expect:` (`make test`
+# runs broker-stop and kafka-rolling-restart end to end: tests/gameday/test_gameday_cli.py).
 gameday: setup
 	$(VENV)/bin/sla-probe gameday --all scenarios/ --slow
 

@@ -1,8 +1,13 @@
-"""`sla-probe gameday` end to end: exit codes, and the quick local scenarios for real
-(embedded broker, `sla-probe run`, Prometheus with the shipped rules, promtool).
+"""`sla-probe gameday` end to end: exit codes, and two scenarios for real (embedded
+broker or Apache Kafka's three-broker cluster, `sla-probe run`, Prometheus with the
+shipped rules, promtool): one broker stopped, which pages, and a rolling restart of
+the cluster, which must page nobody and lose nothing.
 
-Each quick scenario is under a minute of live time plus a few seconds of replay; the
-quick ones on Apache Kafka's three-broker cluster take about 2.5 minutes each.
+Every other scenario runs in `make gameday`, which runs each one with its own
+expectations (the scenario's `expect:`); its faults are tested one by one in
+test_faults.py and test_kafka_cluster_faults.py, and the alerts they raise in
+tests/rules with promtool. The embedded scenario is under a minute of live time plus
+a few seconds of replay; the one on Apache Kafka about 2.5 minutes.
 """
 
 from __future__ import annotations
@@ -102,24 +107,6 @@ def test_broker_stop_pages_within_an_interval_plus_timeout_and_resolves() -> Non
 
 
 @pytest.mark.broker
-def test_hostile_records_raise_the_invalid_ticket_per_reason_and_nothing_else() -> None:
-    report = _run("hostile-records")
-    reasons = {a["labels"]["reason"]: a for a in report["alerts"]}
-    assert reasons["malformed"]["live"]["fired"]
-    assert reasons["bad_signature"]["computed"]["fired"]
-    assert report["false_pages"]["computed"] == []
-
-
-@pytest.mark.broker
-def test_replayed_canaries_raise_the_duplicates_ticket_and_nothing_else() -> None:
-    report = _run("replayed-canaries")
-    (duplicates,) = report["alerts"]
-    assert duplicates["live"]["fired"]
-    assert duplicates["computed"]["fired"]
-    assert report["false_pages"]["computed"] == []
-
-
-@pytest.mark.broker
 def test_an_unmet_expectation_exits_1_and_a_table_run_says_which(tmp_path: Path) -> None:
     # A probe restart pages nothing, so an availability page expected of it never comes.
     scenario = tmp_path / "expects-too-much.yaml"
@@ -148,11 +135,3 @@ def test_a_rolling_restart_of_the_kafka_cluster_pages_nobody_and_loses_no_canary
     assert report["canaries"]["lost"] == 0
     assert report["canaries"]["delivered"] > 0
     assert report["resolved"]["computed"]["ok"]
-
-
-def test_a_controlled_broker_stop_pages_nobody_and_loses_no_canary() -> None:
-    """Broker 3's leaderships move away and back (elected once it is in sync again): the
-    reader must follow them back, or it reads them from a follower, 0.5 s late."""
-    report = _run("kafka-broker-stop", timeout=285)
-    assert report["false_pages"]["computed"] == []
-    assert report["canaries"]["lost"] == 0
