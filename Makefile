@@ -13,7 +13,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Maven (Apache Kafka's jars and Spark's Kafka connector from Maven Central, `make kafka`,
 # `make spark-kafka`).
 DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mosquitto_pub \
-  prometheus-alertmanager:prometheus-alertmanager faketime:faketime maven:mvn
+  prometheus-alertmanager:prometheus-alertmanager faketime:faketime maven:mvn \
+  prometheus-pushgateway:prometheus-pushgateway
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test setup system-deps python-deps demo-deps uv kafka spark-kafka lint bench lock \

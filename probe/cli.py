@@ -343,6 +343,13 @@ def main() -> None:
     is_flag=True,
     flag_value=True,
 )
+@_option(
+    "push-gateway",
+    "once.push_gateway.url",
+    "Push the result to this Prometheus Pushgateway (http(s)://host:9091), one group "
+    "per target; a failed push is reported and leaves the exit code as it is.",
+    metavar="URL",
+)
 @_option("json", None, "Print the report as JSON.", is_flag=True, flag_value=True)
 def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
     """Run a few rounds, wait for every canary's fate, report, exit 0 (ok) or 1.

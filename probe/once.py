@@ -27,6 +27,7 @@ from probe.judge import Finding, Outcome
 from probe.keys import KeyRing
 from probe.report import Report, StageTally, Tally
 from probe.signals import Interrupted, interruptible, raising_on_signals
+from probe.smoke_push import push_report
 from probe.target import TargetProbe, target_name
 
 if TYPE_CHECKING:
@@ -211,6 +212,7 @@ def _fates(stage: StageTally) -> int:
 
 def run_once(config: ProbeConfig, keyring: KeyRing, *, as_json: bool) -> int:
     """The whole `once` command; returns the exit code."""
+    started = time.monotonic()
     try:
         with interruptible(), broker_for(config) as probed:
             report = loop.run(raising_on_signals(probe_once(probed, keyring)))
@@ -222,5 +224,11 @@ def run_once(config: ProbeConfig, keyring: KeyRing, *, as_json: bool) -> int:
         report = Report(
             [Tally(target_name(config, kind), error=str(exc)) for kind in config.targets]
         )
+    if config.once.push_gateway is not None:
+        # A failed push is reported, and leaves the smoke test's verdict as it is.
+        ended = time.time()
+        duration_s = time.monotonic() - started
+        for failure in push_report(config, report, ended_at=ended, duration_s=duration_s):
+            log.error("%s", failure)
     print(report.to_json() if as_json else report.to_table())
     return EXIT_OK if report.ok else EXIT_SLO_FAILED

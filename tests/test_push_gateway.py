@@ -1,0 +1,180 @@
+"""`sla-probe once --push-gateway` against a real Pushgateway (Debian's
+prometheus-pushgateway): each target's result replaces its group's last push; a push
+that fails is reported and leaves the exit code alone; basic auth and TLS as the
+Pushgateway's own web config asks; a real Prometheus scraping the Pushgateway with the
+shipped rules tickets a failed smoke test."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import bcrypt
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from probe.embedded import LoopbackServer, free_loopback_port
+from tests.certificates import CertificateAuthority
+from tests.conftest import SLA_PROBE
+
+USER, PASSWORD = "ci", "push-s3cret"
+
+
+class Pushgateway(LoopbackServer):
+    """The Pushgateway on a loopback port, without persistence; ``web_config``: the
+    exporter toolkit's file (TLS, basic auth) it serves behind."""
+
+    name = "pushgateway"
+
+    def __init__(self, directory: Path, web_config: Path | None = None) -> None:
+        super().__init__(log_file=directory / "pushgateway.log")
+        self._web_config = web_config
+
+    def command(self) -> list[str]:
+        binary = shutil.which("prometheus-pushgateway")
+        assert binary, "`make test` installs prometheus-pushgateway (Debian package)"
+        web = [f"--web.config.file={self._web_config}"] if self._web_config else []
+        # Debian's build persists to /var/lib/prometheus by default: in memory here.
+        return [binary, f"--web.listen-address=127.0.0.1:{self.port}",
+                "--persistence.file=", *web]  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def samples(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """Every sample of ``name`` the Pushgateway serves, by its sorted labels."""
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        return {
+            tuple(sorted(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        }
+
+
+@pytest.fixture
+def pushgateway(tmp_path: Path) -> Iterator[Pushgateway]:
+    with Pushgateway(tmp_path) as gateway:
+        yield gateway
+
+
+def once(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SLA_PROBE, "once", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def group(probe_id: str, **labels: str) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        sorted(
+            {
+                "job": "synthetic-sla-smoke",
+                "instance": probe_id,
+                "target": "kafka",
+                **labels,
+            }.items()
+        )
+    )
+
+
+def test_a_passing_run_then_a_failing_one_each_replace_the_group(
+    pushgateway: Pushgateway,
+) -> None:
+    probe_id = f"smoke-{uuid.uuid4().hex[:6]}"
+    began = time.time()
+    passed = once("--embedded", "--probe-id", probe_id, "--push-gateway", pushgateway.url)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert pushgateway.samples("synthetic_sla_smoke_success") == {group(probe_id): 1.0}
+    canaries = pushgateway.samples("synthetic_sla_smoke_canaries")
+    delivered = canaries[group(probe_id, stage="consumer", outcome="delivered")]
+    assert delivered >= 3  # three rounds, one canary per partition
+    assert canaries[group(probe_id, stage="consumer", outcome="lost")] == 0
+    count = pushgateway.samples("synthetic_sla_smoke_latency_seconds_count")
+    assert count == {group(probe_id, stage="consumer"): delivered}
+    (ended,) = pushgateway.samples("synthetic_sla_smoke_last_run_timestamp_seconds").values()
+    assert began < ended <= time.time()
+    (took,) = pushgateway.samples("synthetic_sla_smoke_duration_seconds").values()
+    assert 0 < took < time.time() - began
+
+    # The same group, now failing (nothing listens): replaced, not added beside.
+    nowhere = f"127.0.0.1:{free_loopback_port()}"
+    failed = once("--bootstrap-servers", nowhere, "--probe-id", probe_id,
+                  "--push-gateway", pushgateway.url, "--send-timeout", "1s")  # fmt: skip
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert pushgateway.samples("synthetic_sla_smoke_success") == {group(probe_id): 0.0}
+    canaries = pushgateway.samples("synthetic_sla_smoke_canaries")
+    assert all(value == 0 for value in canaries.values()), canaries
+    # The Pushgateway's own record of the push.
+    assert pushgateway.samples("push_failure_time_seconds")[group(probe_id)] == 0
+
+
+def test_a_failed_push_is_reported_and_leaves_a_passing_run_passing(tmp_path: Path) -> None:
+    closed = f"http://127.0.0.1:{free_loopback_port()}"
+    done = once("--embedded", "--push-gateway", closed, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"cannot push target kafka to {closed}: " in done.stderr
+    assert "Connection refused" in done.stderr
+
+
+def _secured_gateway(directory: Path) -> tuple[Path, Path]:
+    """The Pushgateway's web config (TLS for 127.0.0.1, one basic-auth user) and the CA."""
+    ca = CertificateAuthority("pushgateway CA")
+    ca.issue("127.0.0.1").write(directory, "gateway")
+    (directory / "ca.crt").write_text(ca.pem)
+    web = directory / "web.yml"
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
+    web.write_text(yaml.safe_dump({
+        "tls_server_config": {"cert_file": str(directory / "gateway.crt"),
+                              "key_file": str(directory / "gateway.key")},
+        "basic_auth_users": {USER: hashed},
+    }))  # fmt: skip
+    return web, directory / "ca.crt"
+
+
+@pytest.mark.parametrize("password", [PASSWORD, "not-the-password"], ids=["right", "wrong"])
+def test_basic_auth_and_tls_as_the_pushgateway_asks(tmp_path: Path, password: str) -> None:
+    web, ca = _secured_gateway(tmp_path)
+    password_file = tmp_path / "password"
+    password_file.write_text(password + "\n")
+    config = tmp_path / "probe.yaml"
+    config.write_text(yaml.safe_dump({"once": {"push_gateway": {
+        "url": "https://127.0.0.1:PORT", "username": USER,
+        "password_file": str(password_file), "tls": {"ca_file": str(ca)},
+        "grouping": {"pipeline": "orders"},
+    }}}))  # fmt: skip
+    with Pushgateway(tmp_path, web_config=web) as gateway:
+        config.write_text(config.read_text().replace("PORT", str(gateway.port)))
+        done = once("--embedded", "--config", str(config))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert password not in done.stdout + done.stderr
+        if password != PASSWORD:
+            assert "cannot push target kafka to https://" in done.stderr
+            assert "401" in done.stderr
+            return
+        assert "cannot push" not in done.stderr
+        request = urllib.request.Request(f"https://127.0.0.1:{gateway.port}/metrics")
+        token = f"{USER}:{PASSWORD}".encode()
+        request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
+        context = ssl.create_default_context(cafile=str(ca))
+        with urllib.request.urlopen(request, timeout=5, context=context) as reply:
+            text = reply.read().decode()
+        success = [
+            sample
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "synthetic_sla_smoke_success"
+        ]
+        (pushed,) = success
+        assert pushed.value == 1
+        assert pushed.labels["pipeline"] == "orders"  # the extra grouping label
+        assert (pushed.labels["job"], pushed.labels["target"]) == ("synthetic-sla-smoke", "kafka")
