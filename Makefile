@@ -17,8 +17,8 @@ DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mos
   prometheus-pushgateway:prometheus-pushgateway
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test setup system-deps python-deps demo-deps uv kafka spark-kafka lint bench lock \
-  rules gameday detection-table clean
+.PHONY: demo test setup system-deps python-deps demo-deps uv kafka spark-kafka junit-schema \
+  lint bench lock rules gameday detection-table clean
 
 demo: demo-deps
 	$(VENV)/bin/sla-probe once --embedded --stages consumer,sink
@@ -26,7 +26,7 @@ demo: demo-deps
 test: setup
 	$(VENV)/bin/pytest -n 2 --dist loadgroup
 
-setup: system-deps python-deps kafka spark-kafka
+setup: system-deps python-deps kafka spark-kafka junit-schema
 
 # Apache Kafka's broker jars, pinned in probe/apache_kafka/pom.xml, resolved from Maven
 # Central once into ~/.cache/synthetic-sla-probe/ (SLA_PROBE_KAFKA_LIBS elsewhere): the
@@ -41,6 +41,11 @@ kafka: system-deps python-deps
 # with sink.source: kafka puts on spark.jars. Nothing is fetched at run time.
 spark-kafka: system-deps python-deps
 	$(VENV)/bin/python -m probe.spark_kafka install
+
+# Jenkins' JUnit schema, which `once --junit` is validated against in the tests: from
+# pytest's source distribution on PyPI (pinned, SHA-256 checked) into the cache, once.
+junit-schema: python-deps
+	$(VENV)/bin/python -m tests.junit_schema install
 
 # Installs a Debian package only when its command is missing.
 system-deps:

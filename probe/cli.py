@@ -322,6 +322,15 @@ def _install_tracing(config: ProbeConfig) -> None:
     tracing.install_tracer_provider(config.probe_id, targets)
 
 
+def _check_writable(path: Path, flag: str) -> None:
+    """A report file the run could not write at its end: said now, before the run."""
+    directory = path.parent if str(path.parent) else Path()
+    if not directory.is_dir():
+        raise ConfigError(flag, f"{path}: no directory {directory}")
+    if not os.access(directory, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(flag, f"{path}: not writable")
+
+
 def _fail_config(error: ConfigError) -> None:
     click.echo(f"sla-probe: config error: {error}", err=True)
     sys.exit(EXIT_USAGE)
@@ -351,7 +360,15 @@ def main() -> None:
     metavar="URL",
 )
 @_option("json", None, "Print the report as JSON.", is_flag=True, flag_value=True)
-def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
+@_option(
+    "junit",
+    None,
+    "Also write the report as JUnit XML to FILE (one case per target and stage, and "
+    "per failing partition), for a CI system to display.",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+def once(config_file: Path | None, json: bool | None, junit: Path | None, **flags: Any) -> None:
     """Run a few rounds, wait for every canary's fate, report, exit 0 (ok) or 1.
 
     Kafka is probed at --bootstrap-servers, or with --embedded on a broker started
@@ -377,12 +394,14 @@ def once(config_file: Path | None, json: bool | None, **flags: Any) -> None:
             _require_connector(config)
         keyring = _keyring(config, ephemeral_ok=True)
         _install_tracing(config)
+        if junit is not None:
+            _check_writable(junit, "--junit")
     except ConfigError as error:
         _fail_config(error)
         return
     logs.configure(config.log_level if config.log_level != "info" else "warning")
     try:
-        code = run_once(config, keyring.ring, as_json=bool(json))
+        code = run_once(config, keyring.ring, as_json=bool(json), junit=junit)
     except ConfigError as error:  # found only once running: the Spark log file
         _fail_config(error)
         return

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from probe import loop
@@ -24,6 +25,7 @@ from probe.config import ProbeConfig, StageName, TargetKind
 from probe.embedded import EmbeddedBroker
 from probe.errors import ConfigError, ProbeError, RejectReason, TransportError
 from probe.judge import Finding, Outcome
+from probe.junit_report import junit_xml
 from probe.keys import KeyRing
 from probe.report import Report, StageTally, Tally
 from probe.signals import Interrupted, interruptible, raising_on_signals
@@ -210,8 +212,11 @@ def _fates(stage: StageTally) -> int:
     return sum(stage.outcomes[o.value] for o in Outcome)
 
 
-def run_once(config: ProbeConfig, keyring: KeyRing, *, as_json: bool) -> int:
-    """The whole `once` command; returns the exit code."""
+def run_once(
+    config: ProbeConfig, keyring: KeyRing, *, as_json: bool, junit: Path | None = None
+) -> int:
+    """The whole `once` command; returns the exit code. ``junit``: where to write the
+    report as JUnit XML too."""
     started = time.monotonic()
     try:
         with interruptible(), broker_for(config) as probed:
@@ -230,5 +235,7 @@ def run_once(config: ProbeConfig, keyring: KeyRing, *, as_json: bool) -> int:
         duration_s = time.monotonic() - started
         for failure in push_report(config, report, ended_at=ended, duration_s=duration_s):
             log.error("%s", failure)
+    if junit is not None:
+        junit_xml(report, time.monotonic() - started).write(str(junit), pretty=True)
     print(report.to_json() if as_json else report.to_table())
     return EXIT_OK if report.ok else EXIT_SLO_FAILED
