@@ -40,9 +40,7 @@ log = logging.getLogger(__name__)
 
 # What prometheus_client calls a handler: (url, method, timeout, headers, data) -> a
 # function that sends the request.
-Handler = Callable[
-    [str, str, float | None, list[tuple[str, str]], bytes], Callable[[], None]
-]
+Handler = Callable[[str, str, float | None, list[tuple[str, str]], bytes], Callable[[], None]]
 
 
 def smoke_registry(
@@ -70,8 +68,7 @@ def smoke_registry(
     )
     failing = Gauge(
         "synthetic_sla_smoke_failing_partitions",
-        "Partitions (or shards) of the last smoke test with a canary not delivered or "
-        "an anomaly.",
+        "Partitions (or shards) of the last smoke test with a canary not delivered or an anomaly.",
         ["stage"],
         registry=registry,
     )
