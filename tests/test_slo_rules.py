@@ -24,6 +24,8 @@ from prometheus_client import CollectorRegistry
 from probe.embedded import free_loopback_port
 from probe.gameday.inhibition import documented_inhibit_rules
 from probe.metrics import ProbeMetrics, ReconcileMetrics
+from probe.report import Tally
+from probe.smoke_push import smoke_registry
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +124,7 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
             check=False,
         )
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 56 rules found" in result.stdout
+        assert "SUCCESS: 58 rules found" in result.stdout
 
 
 @pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda path: path.stem)
@@ -344,7 +346,9 @@ def _exported_metrics() -> set[str]:
     registry = CollectorRegistry()
     ProbeMetrics(registry)
     ReconcileMetrics(registry, "kafka")  # `sla-probe reconcile`'s own series
-    return _names(registry) | SPARK_METRICS
+    # What `sla-probe once --push-gateway` pushes for a target, read from the Pushgateway.
+    pushed = smoke_registry(Tally("kafka"), ended_at=0.0, duration_s=0.0, buckets=(0.5,))
+    return _names(registry) | _names(pushed) | SPARK_METRICS
 
 
 def test_rules_and_dashboard_read_only_metrics_that_exist() -> None:

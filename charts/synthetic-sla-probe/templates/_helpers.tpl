@@ -107,8 +107,8 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- if and (hasKey $config "kafka") (not (dig "kafka" "bootstrap_servers" "" $config)) -}}
 {{- $_ := unset (get $config "kafka") "bootstrap_servers" -}}
 {{- end -}}
-{{- if and (or (dig "kafka" "sasl" "password" nil $config) (dig "mqtt" "password" nil $config)) (not $values.storeConfigInSecret) -}}
-{{- fail "config holds a password (kafka.sasl.password or mqtt.password): take it from a Secret (kafka.sasl.existingSecret, mqtt.existingSecret), or set storeConfigInSecret=true so the config goes into a Secret" -}}
+{{- if and (or (dig "kafka" "sasl" "password" nil $config) (dig "mqtt" "password" nil $config) (dig "once" "push_gateway" "password" nil $config)) (not $values.storeConfigInSecret) -}}
+{{- fail "config holds a password (kafka.sasl.password, mqtt.password or once.push_gateway.password): take it from a Secret (kafka.sasl.existingSecret, mqtt.existingSecret, smokeTest.pushGateway.existingSecret), or set storeConfigInSecret=true so the config goes into a Secret" -}}
 {{- end -}}
 {{- include "synthetic-sla-probe.secretFiles" (dict "values" $values "config" $config) -}}
 {{- $metrics := dict "host" "0.0.0.0" "port" (int $values.service.port) "latency_threshold" $values.slo.latency.thresholdSeconds -}}

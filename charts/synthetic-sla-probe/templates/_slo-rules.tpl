@@ -592,6 +592,61 @@ reconcile.enabled says: without the series, these rules are silent.
           runbook_url: {{ printf "%s#syntheticslareconciliationstale" $runbook }}
       {{- end }}
       {{- end }}
+{{- /*
+The smoke test (`sla-probe once --push-gateway`: the chart's smokeTest CronJob, or a
+deploy pipeline): each run pushes every target's result to a Pushgateway, one group per
+(job, instance, target) that the next push replaces, and Prometheus scrapes it with
+honor_labels. Rendered whatever smokeTest.enabled says: a pipeline may push without the
+CronJob, and without the series these rules are silent. A Pushgateway that restarts
+without persistence forgets every group: neither alert can fire until a run pushes.
+*/}}
+{{- $smoke := .Values.smokeTest }}
+{{- /* Alerts only: with both off, no group (an empty one is no rule group). */}}
+{{- if or $alerts.smokeTest.failed.enabled $alerts.smokeTest.stale.enabled }}
+  - name: synthetic-sla-smoke
+    rules:
+      {{- with $alerts.smokeTest.failed }}
+      {{- if .enabled }}
+      {{- $undelivered := `{{ range $i, $canaries := sortByLabel "outcome" (query (printf "synthetic_sla_smoke_canaries{job=%q,instance=%q,target=%q,outcome!=\"delivered\"} > 0" $labels.job $labels.instance $labels.target)) }}{{ if $i }}, {{ end }}{{ $canaries.Labels.stage }} {{ $canaries.Labels.outcome }} {{ $canaries.Value | humanize }}{{ else }}none, so the run failed on something else: no canary judged at all (the target unreachable, the topic missing), or invalid, duplicated or reordered records; the report says which{{ end }}` }}
+      # The gauge is the last run's verdict and stays until the next push replaces it, so
+      # the alert lasts until a run passes. `for` lets a re-run that passes at once (a
+      # deploy pipeline's retry) open no ticket.
+      - alert: SyntheticSlaSmokeTestFailed
+        expr: max by (job, instance, target) (synthetic_sla_smoke_success) == 0
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.target }}: the last smoke test of {{ $labels.instance }} failed` | quote }}
+          description: {{ printf "The last smoke test (`sla-probe once`, pushed as job {{ $labels.job }}) that {{ $labels.instance }} ran against target {{ $labels.target }} failed, and no run has passed since (for %s): not every canary was delivered within the smoke test's freshness, or the run could not probe the target. A deploy pipeline gated on it should not promote. Canaries not delivered (stage, outcome): %s. The run's report (its output: for the chart's CronJob, the failed Job's log) names the failing partitions and the brokers that led them." .for $undelivered | quote }}
+          runbook_url: {{ printf "%s#syntheticslasmoketestfailed" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.smokeTest.stale }}
+      {{- if .enabled }}
+      {{- $staleAfter := mul .periods $smoke.periodSeconds }}
+      # No run has pushed for `periods` periods: the smoke test itself is down (not
+      # scheduled, killed before it pushed, or its pushes fail), and the failed alert
+      # cannot fire. The pushed timestamp is when the run ended, so a healthy group
+      # peaks at one period plus the run's length.
+      - alert: SyntheticSlaSmokeTestStale
+        expr: time() - max by (job, instance, target) (synthetic_sla_smoke_last_run_timestamp_seconds) > {{ $staleAfter }}
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.target }}: no smoke test of {{ $labels.instance }} has pushed a result for {{ $value | humanizeDuration }}` | quote }}
+          description: {{ printf "No smoke test that {{ $labels.instance }} runs against target {{ $labels.target }} (job {{ $labels.job }}) has pushed a result for more than %d periods (%ds at one run every %ds): the CronJob is suspended or not scheduled, its runs are killed before they end, or their pushes to the Pushgateway fail. The result the Pushgateway still holds is that old; until a run pushes, a failing pipeline goes unnoticed by the smoke test." (int .periods) (int $staleAfter) (int $smoke.periodSeconds) | quote }}
+          runbook_url: {{ printf "%s#syntheticslasmoketeststale" $runbook }}
+      {{- end }}
+      {{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* "1h and 5m at 14.4x, or 6h and 30m at 6x" */}}
