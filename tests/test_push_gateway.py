@@ -23,7 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from probe.embedded import LoopbackServer, free_loopback_port
 from tests.certificates import CertificateAuthority
-from tests.conftest import SLA_PROBE
+from tests.conftest import SLA_PROBE, wait_for
+from tests.test_prometheus_e2e import launch_prometheus
+from tests.test_slo_rules import render_rules
 
 USER, PASSWORD = "ci", "push-s3cret"
 
@@ -178,3 +180,42 @@ def test_basic_auth_and_tls_as_the_pushgateway_asks(tmp_path: Path, password: st
         assert pushed.value == 1
         assert pushed.labels["pipeline"] == "orders"  # the extra grouping label
         assert (pushed.labels["job"], pushed.labels["target"]) == ("synthetic-sla-smoke", "kafka")
+
+
+def test_prometheus_scraping_the_pushgateway_tickets_a_failed_smoke_test(
+    pushgateway: Pushgateway, tmp_path: Path
+) -> None:
+    """The shipped rules (rendered with no `for`, so the test need not wait 5 min) on a
+    real Prometheus scraping the Pushgateway as documented (honor_labels): a failed
+    push fires SyntheticSlaSmokeTestFailed for its group, a passing one resolves it."""
+    rules = tmp_path / "rules.yml"
+    rules.write_text(
+        render_rules.plain_rules_text({"alerts": {"smokeTest": {"failed": {"for": "0s"}}}})
+    )
+    prometheus = launch_prometheus(tmp_path, {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [{
+            "job_name": "pushgateway", "honor_labels": True,
+            "static_configs": [{"targets": [f"127.0.0.1:{pushgateway.port}"]}],
+        }],
+    })  # fmt: skip
+    probe_id = f"smoke-{uuid.uuid4().hex[:6]}"
+    alert = (
+        f'ALERTS{{alertname="SyntheticSlaSmokeTestFailed", alertstate="firing", '
+        f'instance="{probe_id}", job="synthetic-sla-smoke", target="kafka"}}'
+    )
+    try:
+        nowhere = f"127.0.0.1:{free_loopback_port()}"
+        failed = once("--bootstrap-servers", nowhere, "--probe-id", probe_id,
+                      "--push-gateway", pushgateway.url, "--send-timeout", "1s")  # fmt: skip
+        assert failed.returncode == 1
+        wait_for(lambda: prometheus.value(alert) == 1, timeout=60, what="the ticket firing")
+        passed = once("--embedded", "--probe-id", probe_id, "--push-gateway", pushgateway.url)
+        assert passed.returncode == 0, passed.stdout + passed.stderr
+        wait_for(lambda: prometheus.value(alert) is None, timeout=60, what="the ticket resolved")
+        stale = 'ALERTS{alertname="SyntheticSlaSmokeTestStale"}'
+        assert prometheus.query(stale) == []
+    finally:
+        prometheus.process.terminate()
+        prometheus.process.wait(30)
