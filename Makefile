@@ -24,7 +24,7 @@ demo: demo-deps
 	$(VENV)/bin/sla-probe once --embedded --stages consumer,sink
 
 test: setup
-	$(VENV)/bin/pytest -n 2 --dist loadgroup
+	$(VENV)/bin/pytest
 
 setup: system-deps python-deps kafka spark-kafka junit-schema
 

@@ -97,39 +97,6 @@ def own_kafka_cluster(tmp_path: Path) -> Iterator[KafkaCluster]:
         yield _started(cluster, "own")
 
 
-# --- Two workers (`make test`: pytest -n 2 --dist loadgroup) ------------------------
-#
-# Each worker has its own session fixtures. The tests that need a Spark session or
-# cluster run on one worker, those on Apache Kafka's shared cluster on the other, so
-# a run still starts one Spark and one Kafka cluster; the rest are spread over both.
-_GROUPS = (
-    ("spark", frozenset({"spark", "spark_cluster"})),
-    ("apache-kafka", frozenset({"kafka_cluster"})),
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        for group, needs in _GROUPS:
-            if fixtures & needs:
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """On a worker: hand its cluster starts to the controller, which prints them."""
-    output = getattr(session.config, "workeroutput", None)
-    if output is not None:
-        output["kafka_starts"] = list(STARTS)
-
-
-def pytest_testnodedown(node: object, error: object) -> None:
-    STARTS.extend(
-        tuple(start) for start in getattr(node, "workeroutput", {}).get("kafka_starts", [])
-    )
-
-
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not STARTS:
         return
