@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from probe.config import TlsConfig
 from probe.errors import ConnectFailed, ConnectFailure
 
 # TLS record content types (RFC 8446 5.1): alert, handshake; then major version 3.
@@ -84,6 +85,17 @@ MQTT = Client(
     needs_no_tls="TLS (an mqtt:// mqtt.url)",
     rename="set mqtt.tls.server_name to a name it holds, or mqtt.tls.check_hostname: false",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The one request of layer 3: its bytes, its name in messages, how many bytes of
+    the answer tell, and whether they are an answer of the protocol."""
+
+    data: bytes
+    name: str
+    wanted: int
+    answered: Callable[[bytes], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,3 +321,78 @@ def speaks(
         # client certificate): it does speak TLS.
         return tls and failed.layer is Layer.REQUEST
     return answered(answer) or (tls and answer == b"")
+
+
+def listener_problem(
+    client: Client,
+    request: Request,
+    host: str,
+    port: int,
+    *,
+    context: ssl.SSLContext | None,
+    timeout: float,
+    tls: TlsConfig | None,
+    checked_name: str | None = None,
+) -> Diagnosis | None:
+    """Layers 1 to 3 (see the module's doc) of one connection with the client's TLS
+    context; None when the broker answered the request. ``checked_name``: the name
+    the broker's certificate is checked against, when it is not ``host``. Blocking:
+    run it in a thread."""
+    where = shown(host, port)
+
+    def speaks_it(over_tls: bool) -> bool:
+        return speaks(
+            host, port, tls=over_tls, timeout=timeout, request=request.data,
+            answered=request.answered, wanted=request.wanted,
+        )  # fmt: skip
+
+    try:
+        answer = exchange(
+            host, port, context, timeout=timeout, request=request.data, wanted=request.wanted
+        )
+    except Failed as failed:
+        cause = failed.cause
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            ca_file = str(tls.ca_file) if tls is not None and tls.ca_file else None
+            return certificate_problem(client, where, checked_name or host, cause, ca_file)
+        if (refused := alert(cause)) is not None:
+            cert_file = str(tls.cert_file) if tls is not None and tls.cert_file else None
+            return client_certificate_problem(client, where, refused, cert_file)
+        if failed.layer is Layer.HANDSHAKE and isinstance(cause, TimeoutError) and speaks_it(False):
+            # A plaintext listener that waits for the rest of a "request" (the
+            # ClientHello read as one) rather than dropping the connection.
+            return tls_unexpected(client, where, "the broker did not answer the TLS handshake")
+        if failed.layer is Layer.CONNECT or isinstance(cause, TimeoutError):
+            return unreachable(client, where, failed.layer, cause, timeout)
+        if context is None:
+            if closed(cause) and speaks_it(True):
+                return tls_expected(client, where, "the broker closed the connection")
+            return other(where, f"the first request failed ({cause})")
+        if failed.layer is Layer.HANDSHAKE:
+            # Dropped, or answered with bytes that are no TLS record (a plaintext
+            # listener's reply).
+            dropped = closed(cause) or "WRONG_VERSION_NUMBER" in str(cause)
+            if dropped and speaks_it(False):
+                return tls_unexpected(client, where)
+            return tls_failed(client, where, cause)
+        if closed(cause) and (tls is None or tls.cert_file is None):
+            return client_certificate_problem(client, where, "connection closed", None)
+        return other(where, f"the first request over TLS failed ({cause})")
+    if request.answered(answer):
+        return None
+    if context is None and answered_tls(answer):
+        return tls_expected(client, where, "the broker answered with a TLS alert")
+    if context is None and not answer and speaks_it(True):
+        return tls_expected(client, where, "the broker closed the connection")
+    if context is not None and not answer and (tls is None or tls.cert_file is None):
+        # TLS 1.3: the handshake completes before the broker checks the client's
+        # certificate; one that wants it and sent no alert just closes.
+        return client_certificate_problem(
+            client, where, "connection closed after the handshake", None
+        )
+    said = f"first bytes {answer.hex()}" if answer else "closed the connection"
+    return other(
+        where,
+        f"not a {client.protocol} answer to {request.name} ({said}): is it a "
+        f"{client.protocol} listener?",
+    )

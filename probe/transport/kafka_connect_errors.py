@@ -43,21 +43,10 @@ from probe.errors import ConfigError, ConnectFailure, TransportError
 from probe.transport.connect_errors import (
     KAFKA,
     Diagnosis,
-    Failed,
-    Layer,
-    alert,
-    answered_tls,
-    certificate_problem,
-    client_certificate_problem,
-    closed,
-    exchange,
+    Request,
+    listener_problem,
     other,
     shown,
-    speaks,
-    tls_expected,
-    tls_failed,
-    tls_unexpected,
-    unreachable,
 )
 from probe.transport.kafka_client import connection_options
 
@@ -127,63 +116,11 @@ def _api_versions_request(client_id: str) -> bytes:
 def _listener_problem(
     host: str, port: int, config: KafkaConfig, context: ssl.SSLContext | None
 ) -> Diagnosis | None:
-    """Layers 1 to 3 (see probe.transport.connect_errors); None when the broker
-    answered Kafka."""
-    where, timeout = shown(host, port), config.send_timeout
-    request = _api_versions_request(config.client_id)
-    tls = config.tls
-
-    def speaks_kafka(over_tls: bool) -> bool:
-        return speaks(
-            host, port, tls=over_tls, timeout=timeout, request=request,
-            answered=answered_kafka, wanted=8,
-        )  # fmt: skip
-
-    try:
-        answer = exchange(host, port, context, timeout=timeout, request=request, wanted=8)
-    except Failed as failed:
-        cause = failed.cause
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            ca_file = str(tls.ca_file) if tls is not None and tls.ca_file else None
-            return certificate_problem(KAFKA, where, host, cause, ca_file)
-        if (refused := alert(cause)) is not None:
-            cert_file = str(tls.cert_file) if tls is not None and tls.cert_file else None
-            return client_certificate_problem(KAFKA, where, refused, cert_file)
-        if (
-            failed.layer is Layer.HANDSHAKE
-            and isinstance(cause, TimeoutError)
-            and speaks_kafka(False)
-        ):
-            # A plaintext listener that waits for the rest of a "request" (the
-            # ClientHello read as one) rather than dropping the connection.
-            return tls_unexpected(KAFKA, where, "the broker did not answer the TLS handshake")
-        if failed.layer is Layer.CONNECT or isinstance(cause, TimeoutError):
-            return unreachable(KAFKA, where, failed.layer, cause, timeout)
-        if context is None:
-            if closed(cause) and speaks_kafka(True):
-                return tls_expected(KAFKA, where, "the broker closed the connection")
-            return other(where, f"the first request failed ({cause})")
-        if failed.layer is Layer.HANDSHAKE:
-            if closed(cause) and speaks_kafka(False):
-                return tls_unexpected(KAFKA, where)
-            return tls_failed(KAFKA, where, cause)
-        if closed(cause) and (tls is None or tls.cert_file is None):
-            return client_certificate_problem(KAFKA, where, "connection closed", None)
-        return other(where, f"the first request over TLS failed ({cause})")
-    if answered_kafka(answer):
-        return None
-    if context is None and answered_tls(answer):
-        return tls_expected(KAFKA, where, "the broker answered with a TLS alert")
-    if context is None and not answer and speaks_kafka(True):
-        return tls_expected(KAFKA, where, "the broker closed the connection")
-    if context is not None and not answer and (tls is None or tls.cert_file is None):
-        # TLS 1.3: the handshake completes before the broker checks the client's
-        # certificate; one that wants it and sent no alert just closes.
-        return client_certificate_problem(
-            KAFKA, where, "connection closed after the handshake", None
-        )
-    said = f"first bytes {answer.hex()}" if answer else "closed the connection"
-    return other(where, f"not a Kafka answer to ApiVersions ({said}): is it a Kafka listener?")
+    """Layers 1 to 3 with ApiVersions; None when the broker answered Kafka."""
+    request = Request(_api_versions_request(config.client_id), "ApiVersions", 8, answered_kafka)
+    return listener_problem(
+        KAFKA, request, host, port, context=context, timeout=config.send_timeout, tls=config.tls
+    )
 
 
 async def _sasl_problem(

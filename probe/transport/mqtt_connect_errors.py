@@ -25,21 +25,10 @@ from probe.errors import ConnectFailure
 from probe.transport.connect_errors import (
     MQTT,
     Diagnosis,
-    Failed,
-    Layer,
-    alert,
-    answered_tls,
-    certificate_problem,
-    client_certificate_problem,
-    closed,
-    exchange,
+    Request,
     other,
-    speaks,
-    tls_expected,
-    tls_failed,
-    tls_unexpected,
-    unreachable,
 )
+from probe.transport.connect_errors import listener_problem as shared_listener_problem
 
 # CONNECT, MQTT 3.1.1: clean session, keep-alive 60 s, an empty client id (which a
 # broker may refuse, but with a CONNACK: an answer of the protocol all the same).
@@ -78,59 +67,13 @@ def listener_problem(
 ) -> Diagnosis | None:
     """What a direct connection finds wrong below MQTT (TCP, TLS, the wrong protocol on
     the port); None when the broker answered a CONNECT. Blocking: run it in a thread."""
-    where = f"{host}:{port}"
-    checked_name = (tls.server_name if tls is not None else None) or host
-
-    def speaks_mqtt(over_tls: bool) -> bool:
-        return speaks(
-            host, port, tls=over_tls, timeout=timeout, request=_CONNECT,
-            answered=answered_mqtt, wanted=_CONNACK_SIZE,
-        )  # fmt: skip
-
-    try:
-        answer = exchange(
-            host, port, context, timeout=timeout, request=_CONNECT, wanted=_CONNACK_SIZE
-        )
-    except Failed as failed:
-        cause = failed.cause
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            ca_file = str(tls.ca_file) if tls is not None and tls.ca_file else None
-            return certificate_problem(MQTT, where, checked_name, cause, ca_file)
-        if (refused := alert(cause)) is not None:
-            cert_file = str(tls.cert_file) if tls is not None and tls.cert_file else None
-            return client_certificate_problem(MQTT, where, refused, cert_file)
-        if (
-            failed.layer is Layer.HANDSHAKE
-            and isinstance(cause, TimeoutError)
-            and speaks_mqtt(False)
-        ):
-            # A plaintext listener that waits for the rest of a "request" (the
-            # ClientHello read as one) rather than dropping the connection.
-            return tls_unexpected(MQTT, where, "the broker did not answer the TLS handshake")
-        if failed.layer is Layer.CONNECT or isinstance(cause, TimeoutError):
-            return unreachable(MQTT, where, failed.layer, cause, timeout)
-        if context is None:
-            if closed(cause) and speaks_mqtt(True):
-                return tls_expected(MQTT, where, "the broker closed the connection")
-            return None
-        if failed.layer is Layer.HANDSHAKE:
-            dropped = closed(cause) or "WRONG_VERSION_NUMBER" in str(cause)
-            if dropped and speaks_mqtt(False):
-                return tls_unexpected(MQTT, where)
-            return tls_failed(MQTT, where, cause)
-        if closed(cause) and (tls is None or tls.cert_file is None):
-            return client_certificate_problem(MQTT, where, "connection closed", None)
-        return None
-    if answered_mqtt(answer):
-        return None
-    if context is None and answered_tls(answer):
-        return tls_expected(MQTT, where, "the broker answered with a TLS alert")
-    if context is None and not answer and speaks_mqtt(True):
-        return tls_expected(MQTT, where, "the broker closed the connection")
-    if context is not None and not answer and (tls is None or tls.cert_file is None):
-        # TLS 1.3: the handshake completes before the broker checks the client's
-        # certificate; one that wants it and sent no alert just closes.
-        return client_certificate_problem(
-            MQTT, where, "connection closed after the handshake", None
-        )
-    return None
+    return shared_listener_problem(
+        MQTT,
+        Request(_CONNECT, "CONNECT", _CONNACK_SIZE, answered_mqtt),
+        host,
+        port,
+        context=context,
+        timeout=timeout,
+        tls=tls,
+        checked_name=tls.server_name if tls is not None else None,
+    )
