@@ -18,7 +18,7 @@ DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mos
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test setup system-deps python-deps demo-deps uv kafka spark-kafka junit-schema \
-  lint bench lock rules gameday detection-table clean
+  lint bench lock rules dashboard gameday detection-table clean
 
 demo: demo-deps
 	$(VENV)/bin/sla-probe once --embedded --stages consumer,sink
@@ -87,6 +87,11 @@ lock:
 # Re-render the plain Prometheus rules file from the chart's rules template.
 rules: python-deps
 	$(VENV)/bin/python charts/render_rules.py
+
+# Re-build the chart's Grafana dashboard (dashboards/synthetic-sla-probe.json) from its
+# code, charts/dashboard.py (grafana-foundation-sdk, a dev dependency).
+dashboard: python-deps
+	$(VENV)/bin/python charts/dashboard.py
 
 # Every local game-day scenario, the slow ones too, each held to its `expect:` (`make test`
 # runs broker-stop and kafka-rolling-restart end to end: tests/gameday/test_gameday_cli.py).
