@@ -215,12 +215,19 @@ class Tally:
         return "\n".join([f"target {self.target}", *lines, *unlisted, *failing, *problem, *closing])
 
 
+# The version of `once --json`'s document (docs/once-report.schema.json): raised when
+# a field changes meaning or goes away; fields are only ever added within a version.
+REPORT_VERSION = 1
+
+
 @dataclass
 class Report:
     """The tallies of every probed target; ok only when every one is.
 
-    One target renders exactly as its :class:`Tally`. Several render as one table per
-    target and a single verdict; as JSON, ``{"ok": ..., "targets": {name: tally}}``.
+    One target renders as its :class:`Tally`'s table, several as one table per
+    target and a single verdict. As JSON the shape is the same for one target or
+    many, so a pipeline parses it one way: ``{"version": 1, "ok": ..., "targets":
+    [tally, ...]}`` (docs/once-report.schema.json).
     """
 
     tallies: list[Tally]
@@ -230,9 +237,11 @@ class Report:
         return bool(self.tallies) and all(tally.ok for tally in self.tallies)
 
     def as_dict(self) -> dict[str, object]:
-        if len(self.tallies) == 1:
-            return self.tallies[0].as_dict()
-        return {"ok": self.ok, "targets": {t.target: t.as_dict() for t in self.tallies}}
+        return {
+            "version": REPORT_VERSION,
+            "ok": self.ok,
+            "targets": [tally.as_dict() for tally in self.tallies],
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=2, sort_keys=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import signal
 import subprocess
@@ -19,8 +20,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
+import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,6 +33,23 @@ from tests.mosquitto import Mosquitto
 
 T = TypeVar("T")
 SLA_PROBE = str(Path(sys.executable).with_name("sla-probe"))
+ONCE_REPORT_SCHEMA = Path(__file__).parents[1] / "docs" / "once-report.schema.json"
+
+
+def once_report(stdout: str) -> dict[str, Any]:
+    """`once --json`'s document, validated against its published schema."""
+    report: dict[str, Any] = json.loads(stdout)
+    jsonschema.validate(report, json.loads(ONCE_REPORT_SCHEMA.read_text()))
+    return report
+
+
+def target_report(stdout: str) -> dict[str, Any]:
+    """The one target's part of `once --json`, for a run that probed one target."""
+    report = once_report(stdout)
+    (target,) = report["targets"]
+    assert target["ok"] is report["ok"]
+    result: dict[str, Any] = target
+    return result
 
 
 def wait_for(condition: Callable[[], T], *, timeout: float, what: str, every: float = 0.05) -> T:

@@ -36,6 +36,7 @@ from kubernetes_validate.utils import latest_version
 
 from probe import config as probe_config
 from probe.keys import KeyRing
+from tests.conftest import once_report
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "synthetic-sla-probe"
@@ -972,7 +973,7 @@ def test_once_on_the_embedded_broker_with_a_read_only_root() -> None:
     if done.returncode == 97:
         pytest.skip("/ cannot be remounted read-only here")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout)["ok"] is True
+    assert once_report(done.stdout)["ok"] is True
     # Without it, the failure the image had.
     del env["CALF_TANSU_BIN"]
     done = subprocess.run(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from probe.judge import OwnProbe
 from probe.keyfile import KeyRingSource
 from probe.keys import generate_key_ring
 from probe.stage import classify
-from tests.conftest import SLA_PROBE, wait_for
+from tests.conftest import SLA_PROBE, target_report, wait_for
 
 OWN = OwnProbe("host-a", incarnation=2_000)
 RING = generate_key_ring("k-now")
@@ -125,8 +124,8 @@ def test_two_once_runs_on_one_topic_both_pass(
     first.stderr.close()
 
     assert second.returncode == 0, second.stdout + second.stderr
-    consumer = json.loads(second.stdout)["stages"]["consumer"]
+    consumer = target_report(second.stdout)["stages"]["consumer"]
     assert consumer["invalid"] == 0
     assert consumer["foreign"] >= 1, "the second run did not read the first one's canaries"
     assert first.returncode == 0, first_log.read_text() + first_stderr
-    assert json.loads(first_log.read_text())["stages"]["consumer"]["invalid"] == 0
+    assert target_report(first_log.read_text())["stages"]["consumer"]["invalid"] == 0

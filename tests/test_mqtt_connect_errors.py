@@ -5,7 +5,6 @@ Mosquitto's own listeners: TLS with a password file, mutual TLS, plaintext."""
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from probe.config import ProbeConfig, load
 from probe.embedded import free_loopback_port
 from probe.errors import ConnectFailed, ConnectFailure
 from probe.transport.mqtt import MqttTransport
-from tests.conftest import SLA_PROBE
+from tests.conftest import SLA_PROBE, target_report
 from tests.mosquitto import Mosquitto, TlsFiles, make_tls_files
 
 PASSWORD = "mqtt-secret-5e1f"
@@ -166,7 +165,7 @@ def test_once_prints_the_line_and_exits_1(brokers: Brokers, tmp_path: Path) -> N
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
-    error = json.loads(done.stdout)["error"]
+    error = target_report(done.stdout)["error"]
     print(error)
     assert error.startswith(
         f"cannot connect to 127.0.0.1:{brokers.tls.port}: the broker refused the login of "

@@ -9,7 +9,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import SLA_PROBE, RunningProbe, http_status, sample, wait_for
+from tests.conftest import (
+    SLA_PROBE,
+    RunningProbe,
+    http_status,
+    once_report,
+    sample,
+    target_report,
+    wait_for,
+)
 from tests.mosquitto import Mosquitto
 
 
@@ -110,7 +118,7 @@ def test_once_with_only_mqtt_probes_only_mqtt(mosquitto: Mosquitto, topic_prefix
     result = _once("--mqtt-url", mosquitto.url, "--mqtt-topic-prefix", topic_prefix)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 10
-    report = json.loads(result.stdout)
+    report = target_report(result.stdout)
     assert report["target"] == "mqtt"
     assert list(report["stages"]) == ["mqtt"]
     assert report["stages"]["mqtt"]["outcomes"]["delivered"] == 9  # 3 rounds x 3 shards
@@ -122,11 +130,12 @@ def test_once_probes_kafka_and_mqtt_together(mosquitto: Mosquitto, topic_prefix:
         "--mqtt-topic-prefix", topic_prefix, "--mqtt-target", "edge",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = once_report(result.stdout)
     assert report["ok"] is True
-    assert sorted(report["targets"]) == ["edge", "kafka"]
-    assert report["targets"]["kafka"]["stages"]["consumer"]["outcomes"]["delivered"] == 9
-    assert report["targets"]["edge"]["stages"]["mqtt"]["outcomes"]["delivered"] == 9
+    targets = {target["target"]: target for target in report["targets"]}
+    assert [target["target"] for target in report["targets"]] == ["kafka", "edge"]
+    assert targets["kafka"]["stages"]["consumer"]["outcomes"]["delivered"] == 9
+    assert targets["edge"]["stages"]["mqtt"]["outcomes"]["delivered"] == 9
 
 
 def test_once_fails_with_the_reason_when_mqtt_refuses(tmp_path: Path, topic_prefix: str) -> None:
@@ -138,7 +147,7 @@ def test_once_fails_with_the_reason_when_mqtt_refuses(tmp_path: Path, topic_pref
             env={"SLA_PROBE_MQTT_PASSWORD": "pw-n0t-r1ght"},
         )  # fmt: skip
     assert result.returncode == 1
-    assert json.loads(result.stdout)["ok"] is False
+    assert once_report(result.stdout)["ok"] is False
     errors = [json.loads(line) for line in result.stderr.splitlines() if '"error"' in line]
     assert errors[-1]["msg"] == (
         f"cannot probe mqtt: cannot connect to 127.0.0.1:{broker.port}: the broker refused "

@@ -8,7 +8,8 @@ import pytest
 
 from probe.errors import RejectReason
 from probe.judge import Anomaly, AnomalyKind, Fate, Outcome, StreamKey
-from probe.report import Tally, percentile
+from probe.report import Report, Tally, percentile
+from tests.conftest import once_report
 
 KEY = StreamKey("p", "kafka", 0)
 
@@ -133,3 +134,15 @@ def test_a_passing_stage_names_no_partition() -> None:
     assert stage["failing_partitions"] == []
     assert stage["failing_partition_count"] == 0
     assert "failing" not in tally.to_table()
+
+
+def test_the_json_is_versioned_and_the_same_shape_for_one_target_or_many() -> None:
+    kafka, mqtt = Tally("kafka"), Tally("mqtt", error="cannot connect to mqtt:8883: refused")
+    kafka.count("kafka", "consumer", [_delivered(0, 3.0)])
+    one = once_report(Report([kafka]).to_json())
+    many = once_report(Report([kafka, mqtt]).to_json())
+    assert one == {"version": 1, "ok": True, "targets": [json.loads(kafka.to_json())]}
+    assert many["version"] == 1
+    assert many["ok"] is False
+    assert [t["target"] for t in many["targets"]] == ["kafka", "mqtt"]
+    assert many["targets"][0] == one["targets"][0]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -16,7 +15,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from probe.canary import decode, encode
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.keys import KeyRing, generate_key_ring
-from tests.conftest import SLA_PROBE, RunningProbe, http_status, run_args, sample, wait_for
+from tests.conftest import (
+    SLA_PROBE,
+    RunningProbe,
+    http_status,
+    run_args,
+    sample,
+    target_report,
+    wait_for,
+)
 
 
 def _read_one_canary(broker: EmbeddedBroker, topic: str, partition: int) -> bytes:
@@ -186,7 +193,7 @@ def test_once_exits_zero_on_the_embedded_broker() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = target_report(result.stdout)
     assert report["ok"] is True
     consumer = report["stages"]["consumer"]
     assert consumer["outcomes"]["delivered"] == 9  # 3 rounds x 3 partitions
@@ -214,7 +221,7 @@ def test_once_exits_one_when_the_broker_is_unreachable(topic: str) -> None:
         env={**os.environ, "SLA_PROBE_SEND_TIMEOUT": "1s"},
     )
     assert result.returncode == 1
-    report = json.loads(result.stdout)
+    report = target_report(result.stdout)
     assert report["ok"] is False
     assert report["error"].startswith("cannot connect to 127.0.0.1:")
 
@@ -228,7 +235,7 @@ def test_once_on_a_missing_topic_says_why_and_how_to_fix_it(
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 1
-    report = json.loads(result.stdout)
+    report = target_report(result.stdout)
     assert report["ok"] is False
     assert report["error"] == (
         f"topic {topic} not found: create it, or let the probe create it "

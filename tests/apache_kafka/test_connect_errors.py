@@ -11,7 +11,6 @@ are made here (tests/certificates.py).
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import urllib.error
 import urllib.request
@@ -30,7 +29,7 @@ from probe.embedded import free_loopback_port
 from probe.errors import ConnectFailed, ConnectFailure
 from probe.transport.kafka import KafkaTransport
 from tests.certificates import CertificateAuthority
-from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, wait_for
+from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, target_report, wait_for
 
 PASSWORD = "probe-secret"
 WRONG_PASSWORD = "not-the-probe-secret"
@@ -404,7 +403,7 @@ def test_reconcile_names_the_cause(secured: Secured, tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
-    error = json.loads(done.stdout)["error"]
+    error = target_report(done.stdout)["error"]
     print(error)
     assert error.startswith(f"cannot connect to {where}: the broker's certificate is not trusted")
     assert "set kafka.tls.ca_file" in error
@@ -436,5 +435,5 @@ def test_a_probe_restarted_with_a_rotated_client_certificate_keeps_working(
     CertificateAuthority("an unknown CA").issue("probe", client=True).write(mounted, "tls")
     third = once("--json", config=config, tmp_path=tmp_path)
     assert third.returncode == 1
-    error = json.loads(third.stdout)["error"]
+    error = target_report(third.stdout)["error"]
     assert "the broker refused the client certificate of kafka.tls.cert_file" in error, error

@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
 from probe.apache_kafka.cluster import KafkaCluster, Listener
 from tests.apache_kafka.kafka_admin import admin, create_topic, describe, leaders
 from tests.certificates import CertificateAuthority
-from tests.conftest import SLA_PROBE, RunningProbe, sample, wait_for
+from tests.conftest import SLA_PROBE, RunningProbe, sample, target_report, wait_for
 
 USERS = {"admin": "admin-secret", "probe": "probe-secret"}
 AS_ADMIN = {
@@ -146,7 +146,7 @@ def test_probing_an_existing_topic_needs_write_and_read(
 
     if missing in PROBING:
         assert done.returncode == 1, done.stdout + done.stderr
-        report = json.loads(done.stdout)
+        report = target_report(done.stdout)
         outcomes = report["stages"]["consumer"]["outcomes"]
         assert outcomes["delivered"] == 0
         # Named as the operation refused and the ACL to grant, for User:probe.
@@ -238,7 +238,7 @@ def test_every_stage_passes_through_sasl_ssl_with_scram_and_only_the_probing_acl
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    stages = json.loads(done.stdout)["stages"]
+    stages = target_report(done.stdout)["stages"]
     assert stages["consumer"]["outcomes"]["delivered"] == 9
     assert stages["sink"]["outcomes"]["delivered"] == 9
 

@@ -25,7 +25,7 @@ from tests.apache_kafka.kafka_admin import (
     leaders,
     under_replicated,
 )
-from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, wait_for
+from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, target_report, wait_for
 
 
 def once(cluster: KafkaCluster, topic: str, *flags: str) -> subprocess.CompletedProcess[str]:
@@ -46,7 +46,7 @@ def test_once_creates_the_topic_with_rf3_and_every_broker_leading_a_partition(
     assert len(described) >= len(kafka_cluster.nodes)
     assert {len(d.replicas) for d in described.values()} == {3}
     assert leaders(described) == set(kafka_cluster.nodes), described
-    outcomes = json.loads(done.stdout)["stages"]["consumer"]["outcomes"]
+    outcomes = target_report(done.stdout)["stages"]["consumer"]["outcomes"]
     assert outcomes["delivered"] > 0
     assert outcomes["delivered"] % len(described) == 0, "every partition, every round"
     assert outcomes["lost"] == outcomes["late"] == outcomes["produce_failed"] == 0

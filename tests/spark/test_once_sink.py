@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from probe.embedded import EmbeddedBroker
-from tests.conftest import SLA_PROBE
+from tests.conftest import SLA_PROBE, target_report
 
 
 def test_once_with_the_sink_stage_exits_zero_and_keeps_spark_off_stderr(tmp_path: Path) -> None:
@@ -29,7 +29,7 @@ def test_once_with_the_sink_stage_exits_zero_and_keeps_spark_off_stderr(tmp_path
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout)
+    report = target_report(result.stdout)
     assert report["ok"] is True
     for stage in ("consumer", "sink"):
         assert report["stages"][stage]["outcomes"]["delivered"] == 9

@@ -4,7 +4,6 @@ No Spark is started here."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import select
 import subprocess
@@ -18,7 +17,7 @@ from probe.config import ProbeConfig
 from probe.errors import ConfigError
 from probe.keys import KeyRing
 from probe.spark.stage import SinkProgress, SparkSinkStage, spark_output, writable_spark_output
-from tests.conftest import SLA_PROBE
+from tests.conftest import SLA_PROBE, target_report
 
 
 @pytest.mark.parametrize(
@@ -133,7 +132,7 @@ def test_once_whose_sink_cannot_start_says_why_and_stops_cleanly() -> None:
         env={**os.environ, "JAVA_HOME": "/nonexistent-java"},
     )
     assert result.returncode == 1, result.stderr
-    report = json.loads(result.stdout)
+    report = target_report(result.stdout)
     assert report["error"].startswith("sink stage did not start: Spark's JVM did not start")
     assert "/nonexistent-java/bin/java" in report["error"]
     assert "Traceback" not in result.stderr
