@@ -41,6 +41,7 @@ from pydantic import (
 from probe.canary import MAX_STRING_BYTES, Canary, encode
 from probe.errors import ConfigError
 from probe.keys import MAX_KID_CHARS, MIN_SECRET_BYTES, KeyRing
+from probe.validation import first_problem
 from probe.web_config import read_web_config
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -1001,16 +1002,10 @@ _NOT_A_SECTION = "must be a mapping of settings (leave the section out to keep i
 
 
 def _first_error(error: ValidationError) -> ConfigError:
-    first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "config"
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = "unknown setting"
-    elif first["type"] == "model_type":
-        # A section (kafka, kafka.tls, ...) given as null, a scalar or a list; pydantic
-        # would say "instance of KafkaConfig", a name the user never wrote.
-        message = _NOT_A_SECTION
-    return ConfigError(field, message)
+    # A section (kafka, kafka.tls, ...) given as null, a scalar or a list; pydantic
+    # would say "instance of KafkaConfig", a name the user never wrote.
+    where, message, _ = first_problem(error, not_a_mapping=_NOT_A_SECTION)
+    return ConfigError(".".join(where) or "config", message)
 
 
 def read_yaml(path: Path) -> object:

@@ -45,6 +45,8 @@ import bcrypt
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
 
+from probe.validation import first_problem
+
 # "secret" at cost 4: doctests only.
 _EXAMPLE_HASH = "$2b$04$5NPZ/bojXCQtlV.H6C5f8.JiGnN6.6r3tHYSIa73RI0eKT477H0Mq"
 
@@ -237,22 +239,16 @@ def parse_web_config(tree: object, directory: Path) -> WebConfig:
 
 
 def _first_error(error: ValidationError) -> WebConfigError:
-    first = error.errors()[0]
-    where = [str(part) for part in first["loc"]]
+    where, message, first = first_problem(error)
     context: dict[str, Any] = first.get("ctx") or {}
     raised = context.get("error")
     if isinstance(raised, WebConfigError):
         # A check across fields names the field it is about, within its section.
         return WebConfigError(".".join([*where, *filter(None, [raised.field])]), raised.message)
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = "unknown setting"
-    elif first["type"] == "missing":
+    if first["type"] == "missing":
         message = "required"
     elif first["type"] == "enum":
         message = f"must be one of {context['expected']}"
-    elif first["type"] == "model_type":
-        message = "must be a mapping of settings"
     return WebConfigError(".".join(where) or None, message)
 
 

@@ -48,6 +48,7 @@ from pydantic import (
 from probe.config import Duration, ProbeConfig, StageName, parse_duration
 from probe.config import read_yaml as read_yaml_file
 from probe.errors import ConfigError
+from probe.validation import first_problem
 
 # The probe configuration of a local live run, beneath the scenario's `probe:`
 # section. One canary a second (so a minute of live time is 20 production intervals),
@@ -489,19 +490,13 @@ def _probe_config(tree: dict[str, Any]) -> ProbeConfig:
 
 
 def _first_error(error: ValidationError, prefix: tuple[str, ...] = ()) -> ConfigError:
-    first = error.errors()[0]
+    parts, message, first = first_problem(error)
     # A discriminated union puts the kind's tag in the path: fault.broker-stop.x -> fault.x
-    parts = [str(part) for part in first["loc"] if not str(part).endswith("]")]
-    loc = [*prefix, *parts]
+    loc = [*prefix, *(part for part in parts if not part.endswith("]"))]
     if len(loc) >= 2 and loc[0] == "fault" and loc[1] in _FAULT_KINDS:
         del loc[1]
     field = ".".join(loc) or "scenario"
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = "unknown setting"
-    elif first["type"] == "model_type":
-        message = "must be a mapping of settings"
-    elif first["type"] == "union_tag_invalid":
+    if first["type"] == "union_tag_invalid":
         message = f"unknown fault kind; one of {', '.join(sorted(_FAULT_KINDS))}"
     elif first["type"] == "union_tag_not_found":
         message = f"needs a kind: one of {', '.join(sorted(_FAULT_KINDS))}"
