@@ -28,7 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.embedded import EmbeddedBroker, free_loopback_port
+from probe.errors import ConnectFailed
 from probe.keys import generate_key_ring
+from probe.transport import Transport
 from tests.mosquitto import Mosquitto
 
 T = TypeVar("T")
@@ -41,6 +43,22 @@ def once_report(stdout: str) -> dict[str, Any]:
     report: dict[str, Any] = json.loads(stdout)
     jsonschema.validate(report, json.loads(ONCE_REPORT_SCHEMA.read_text()))
     return report
+
+
+def failure_to_start(make: Callable[[], Transport]) -> ConnectFailed:
+    """What a transport raises when it starts (it must fail), closed afterwards. It is
+    made inside the event loop, as its clients need one."""
+
+    async def start() -> None:
+        transport = make()
+        try:
+            await transport.start()
+        finally:
+            await transport.close()
+
+    with pytest.raises(ConnectFailed) as failed:
+        asyncio.run(start())
+    return failed.value
 
 
 def target_report(stdout: str) -> dict[str, Any]:

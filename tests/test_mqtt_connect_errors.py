@@ -4,7 +4,6 @@ Mosquitto's own listeners: TLS with a password file, mutual TLS, plaintext."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from probe.config import ProbeConfig, load
 from probe.embedded import free_loopback_port
 from probe.errors import ConnectFailed, ConnectFailure
 from probe.transport.mqtt import MqttTransport
-from tests.conftest import SLA_PROBE, target_report
+from tests.conftest import SLA_PROBE, failure_to_start, target_report
 from tests.mosquitto import Mosquitto, TlsFiles, make_tls_files
 
 PASSWORD = "mqtt-secret-5e1f"
@@ -58,16 +57,7 @@ def _config(url: str, **mqtt: object) -> ProbeConfig:
 
 
 def _failure(config: ProbeConfig) -> ConnectFailed:
-    async def start() -> None:
-        transport = MqttTransport(config.mqtt, probe_id="mqtt-errors")
-        try:
-            await transport.start()
-        finally:
-            await transport.close()
-
-    with pytest.raises(ConnectFailed) as failed:
-        asyncio.run(start())
-    return failed.value
+    return failure_to_start(lambda: MqttTransport(config.mqtt, probe_id="mqtt-errors"))
 
 
 def _plain_url(broker: Mosquitto) -> str:

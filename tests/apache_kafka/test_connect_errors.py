@@ -30,7 +30,15 @@ from probe.embedded import free_loopback_port
 from probe.errors import ConnectFailed, ConnectFailure
 from probe.transport.kafka import KafkaTransport
 from tests.certificates import CertificateAuthority
-from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, target_report, wait_for
+from tests.conftest import (
+    SLA_PROBE,
+    RunningProbe,
+    failure_to_start,
+    run_args,
+    sample,
+    target_report,
+    wait_for,
+)
 
 PASSWORD = "probe-secret"
 WRONG_PASSWORD = "not-the-probe-secret"
@@ -86,17 +94,7 @@ def kafka(bootstrap_servers: str, **sections: Any) -> KafkaConfig:
 
 def connect_failure(config: KafkaConfig) -> ConnectFailed:
     """What the transport raises when it starts (it must fail)."""
-
-    async def start() -> None:
-        transport = KafkaTransport(config)
-        try:
-            await transport.start()
-        finally:
-            await transport.close()
-
-    with pytest.raises(ConnectFailed) as failed:
-        asyncio.run(start())
-    return failed.value
+    return failure_to_start(lambda: KafkaTransport(config))
 
 
 # Each case: the listener, the probe's kafka settings, the reason, and what the one
