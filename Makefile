@@ -11,10 +11,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Alertmanager (the documented inhibition of the SLO alerts), libfaketime (a
 # producing probe whose clock runs ahead, in the producer-clock-skew game day), and
 # Maven (Apache Kafka's jars and Spark's Kafka connector from Maven Central, `make kafka`,
-# `make spark-kafka`).
+# `make spark-kafka`), the Pushgateway (`once --push-gateway`) and Chromium (the status
+# page, rendered headless).
 DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mosquitto_pub \
   prometheus-alertmanager:prometheus-alertmanager faketime:faketime maven:mvn \
-  prometheus-pushgateway:prometheus-pushgateway
+  prometheus-pushgateway:prometheus-pushgateway chromium:chromium
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test setup system-deps python-deps demo-deps uv kafka spark-kafka junit-schema \
