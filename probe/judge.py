@@ -139,12 +139,12 @@ Example::
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from probe.canary import Canary
+from probe.judge_memory import ArrivedRing, DecidedRuns
 
 __all__ = [
     "READ_AT_KEPT",
@@ -287,7 +287,8 @@ def arrival_outcome(latency_ns: int, freshness_ns: int) -> Outcome:
 # A canary's name within its stream.
 _Ident = tuple[int, int]  # (incarnation, seq)
 
-_STATE_VERSION = 1
+# 2: decided as runs and arrived as columns (probe.judge_memory); 1 is still read.
+_STATE_VERSION = 2
 # Offsets of the newest canaries read, per stream (see "Re-reads"): how far back a
 # reader may move and still tell its own records from duplicates. Offsets are kept for
 # a few hundred canaries, not for the whole `memory`: a stream's state is read and
@@ -332,13 +333,13 @@ class StreamState:
     # loss deadline or _FAILED_REMEMBERED_NS, the later, and never more than _FAILED_KEPT.
     failed: dict[tuple[int, int, int], None] = field(default_factory=dict)
     pending: dict[_Ident, int] = field(default_factory=dict)  # -> deadline_ns
-    decided: dict[_Ident, bool] = field(default_factory=dict)  # -> True if declared lost
+    # Each decided canary -> True if declared lost; as runs (probe.judge_memory): a
+    # stream's memory costs a few kilobytes, not the ~475 kB of a dictionary of 4,096.
+    decided: DecidedRuns = field(default_factory=DecidedRuns)
     # The produce time of each of the newest READ_AT_KEPT arrived canaries and the
     # offset it was read at (-1: not read from a log), oldest first; only canaries in
     # `decided` (see "Re-reads"). Absent from older states.
-    arrived: dict[_Ident, tuple[int, int]] = field(default_factory=dict)
-    # Min-heap over the keys of `decided`, so trimming to `memory` is O(log n) per event.
-    _decided_order: list[_Ident] = field(default_factory=list, repr=False, compare=False)
+    arrived: ArrivedRing = field(default_factory=lambda: ArrivedRing(READ_AT_KEPT))
 
     def on_acked(self, canary: Canary, policy: JudgePolicy) -> list[Finding]:
         """Apply a broker ack. Returns no findings: an ack only arms a deadline."""
@@ -418,9 +419,7 @@ class StreamState:
         if self.freshest_ns is None or canary.produced_ns > self.freshest_ns:
             self.freshest_ns = canary.produced_ns
         self._remember(ident, lost=False, policy=policy)
-        self.arrived[ident] = (canary.produced_ns, -1 if offset is None else offset)
-        while len(self.arrived) > READ_AT_KEPT:
-            del self.arrived[next(iter(self.arrived))]
+        self.arrived.put(ident, canary.produced_ns, -1 if offset is None else offset)
         return findings
 
     def on_produce_failed(self, canary: Canary, policy: JudgePolicy) -> None:
@@ -464,33 +463,32 @@ class StreamState:
             "pending": [
                 [inc, seq, deadline] for (inc, seq), deadline in sorted(self.pending.items())
             ],
-            "decided": [[inc, seq, lost] for (inc, seq), lost in sorted(self.decided.items())],
-            # In arrival order (the oldest is dropped first), not sorted.
-            "arrived": [
-                [inc, seq, produced_ns, offset]
-                for (inc, seq), (produced_ns, offset) in self.arrived.items()
-            ],
+            # Runs [incarnation, first seq, end seq (exclusive), lost], lowest first.
+            "decided": self.decided.runs(),
+            # In arrival order (the oldest is dropped first), not sorted: the columns
+            # incarnation, seq, produced_ns and offset, each as differences.
+            "arrived": self.arrived.columns(),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> StreamState:
         """Rebuild a state written by :meth:`to_dict`. Raises ``ValueError`` if malformed."""
         version = _int(data.get("version"), "version")
-        if version != _STATE_VERSION:
+        if version not in (1, _STATE_VERSION):
             raise ValueError(f"stream state: unsupported version {version}")
         pending: dict[_Ident, int] = {}
         for row in _rows(data.get("pending"), "pending"):
             pending[(_int(row[0], "pending"), _int(row[1], "pending"))] = _int(row[2], "pending")
-        decided: dict[_Ident, bool] = {}
-        for row in _rows(data.get("decided"), "decided"):
-            lost = row[2]
-            if not isinstance(lost, bool):
-                raise ValueError("stream state: decided: lost flag must be a boolean")
-            decided[(_int(row[0], "decided"), _int(row[1], "decided"))] = lost
-        if not pending.keys().isdisjoint(decided.keys()):
+        if version == 1:  # a canary a row (written before the runs): the Spark sink's
+            decided, arrived = _v1_memory(data)  # checkpoints of an older probe
+        else:
+            decided = DecidedRuns.from_runs(_rows(data.get("decided"), "decided", width=4))
+            columns = data.get("arrived", [])
+            if not isinstance(columns, list) or not all(isinstance(c, list) for c in columns):
+                raise ValueError("stream state: arrived must be a list of four lists")
+            arrived = ArrivedRing.from_columns(READ_AT_KEPT, columns)
+        if any(ident in decided for ident in pending):
             raise ValueError("stream state: a canary is both pending and decided")
-        order = list(decided)
-        heapq.heapify(order)
         return cls(
             since_ns=_int(data.get("since_ns"), "since_ns"),
             incarnation=_optional_int(data.get("incarnation"), "incarnation"),
@@ -505,15 +503,7 @@ class StreamState:
             },
             pending=pending,
             decided=decided,
-            arrived={
-                (_int(row[0], "arrived"), _int(row[1], "arrived")): (
-                    _int(row[2], "arrived"),
-                    _int(row[3], "arrived"),
-                )
-                for row in _rows(data.get("arrived", []), "arrived", width=4)
-                if (row[0], row[1]) in decided
-            },
-            _decided_order=order,
+            arrived=arrived,
         )
 
     def _follow_incarnation(self, incarnation: int) -> None:
@@ -544,14 +534,10 @@ class StreamState:
             self.pending[(incarnation, seq)] = deadline
 
     def _remember(self, ident: _Ident, *, lost: bool, policy: JudgePolicy) -> None:
-        # Callers only pass idents that are not yet decided (pending and decided are
-        # disjoint), so each ident enters the heap once and the heap mirrors `decided`.
-        self.decided[ident] = lost
-        heapq.heappush(self._decided_order, ident)
-        while len(self.decided) > policy.memory:
-            forgotten = heapq.heappop(self._decided_order)
-            del self.decided[forgotten]
-            self.arrived.pop(forgotten, None)
+        self.decided.add(ident, lost=lost)
+        if len(self.decided) > policy.memory:
+            lowest = self.decided.drop_lowest(len(self.decided) - policy.memory)
+            self.arrived.forget_below(lowest)
 
 
 def _int(value: object, name: str) -> int:
@@ -562,6 +548,25 @@ def _int(value: object, name: str) -> int:
 
 def _optional_int(value: object, name: str) -> int | None:
     return None if value is None else _int(value, name)
+
+
+def _v1_memory(data: Mapping[str, object]) -> tuple[DecidedRuns, ArrivedRing]:
+    """``decided`` and ``arrived`` of a version-1 state: a row per canary."""
+    rows: list[tuple[int, int, bool]] = []
+    for row in _rows(data.get("decided"), "decided"):
+        lost = row[2]
+        if not isinstance(lost, bool):
+            raise ValueError("stream state: decided: lost flag must be a boolean")
+        rows.append((_int(row[0], "decided"), _int(row[1], "decided"), lost))
+    decided = DecidedRuns()
+    for incarnation, seq, lost in sorted(rows):
+        decided.add((incarnation, seq), lost=lost)
+    arrived = ArrivedRing(READ_AT_KEPT)
+    for row in _rows(data.get("arrived", []), "arrived", width=4):
+        ident = (_int(row[0], "arrived"), _int(row[1], "arrived"))
+        if ident in decided and arrived.get(ident) is None:
+            arrived.put(ident, _int(row[2], "arrived"), _int(row[3], "arrived"))
+    return decided, arrived
 
 
 def _rows(value: object, name: str, width: int = 3) -> list[Sequence[object]]:

@@ -30,6 +30,7 @@ from probe.judge import (
     StreamKey,
     StreamState,
 )
+from probe.judge_memory import DecidedRuns
 
 PROBE = "probe-a"
 INC = 1_000
@@ -433,7 +434,7 @@ def test_memory_bounds_state_and_old_seqs_count_as_duplicates() -> None:
     assert found == [("delivered", seq, 10) for seq in range(10)]
     state = judge.export_state(KEY0)
     assert state is not None
-    assert state["decided"] == [[INC, seq, False] for seq in (6, 7, 8, 9)]
+    assert state["decided"] == [[INC, 6, 10, False]]  # seqs 6..9, one run
     # The window is (9 - 4, 9]: 5 and below were judged long ago.
     assert run(judge, [Ev("arrive", 5, 2_000), Ev("arrive", 0, 2_000)]) == [
         ("duplicate", 5),
@@ -454,7 +455,8 @@ def test_a_gap_wider_than_the_window_implies_nothing_until_it_is_continued() -> 
     assert run(judge, [tick(FAR)]) == [("lost", 1_001), ("lost", 1_002), ("lost", 1_003)]
     state = judge.export_state(KEY0)
     assert state is not None
-    assert len(state["decided"]) == 4  # type: ignore[arg-type]
+    # 4 decided: three implied and lost, then the arrival.
+    assert state["decided"] == [[INC, 1001, 1004, True], [INC, 1004, 1005, False]]
 
 
 def test_memory_keeps_pending_below_the_window() -> None:
@@ -546,17 +548,41 @@ def test_a_canary_read_again_at_its_offset_is_known_and_one_written_twice_is_a_d
 def test_a_state_written_before_offsets_were_kept_loads_without_them() -> None:
     judge = Judge(POLICY)
     canary = Canary(PROBE, INC, TARGET, 0, 0, 0)
-    judge.on_arrived(canary, 1, offset=5)
-    exported = judge.export_state(KEY0)
-    assert exported is not None
-    del exported["arrived"]
-    judge.import_state(KEY0, exported)
+    older = {"version": 1, "since_ns": 0, "incarnation": INC, "high_seq": 0, "high_arrived": 0,
+             "freshest_ns": 0, "pending": [], "decided": [[INC, 0, False]]}  # fmt: skip
+    judge.import_state(KEY0, older)
     assert not judge.was_read_at(canary, 5)
     assert judge.on_arrived(canary, 2, offset=5) == [Anomaly(KEY0, 0, AnomalyKind.DUPLICATE)]
 
 
+def test_a_state_of_a_canary_a_row_loads_as_runs_with_its_offsets() -> None:
+    """Version 1 (a row per decided canary and per arrival), as a Spark sink's checkpoint
+    of an older probe holds it: read into the runs and columns, the same answers."""
+    canaries = [Canary(PROBE, INC, TARGET, 0, seq, seq * INTERVAL) for seq in range(4)]
+    older = {
+        "version": 1, "since_ns": 0, "incarnation": INC, "high_seq": 4, "high_arrived": 3,
+        "freshest_ns": 3 * INTERVAL, "jumped": None, "failed": [], "pending": [[INC, 4, 900]],
+        "decided": [[INC, 3, False], [INC, 0, False], [INC, 1, True], [INC, 2, False]],
+        "arrived": [[INC, 0, 0, 10], [INC, 2, 2 * INTERVAL, 12], [INC, 3, 3 * INTERVAL, 13],
+                    [INC, 9, 0, 19]],  # not decided: dropped
+    }  # fmt: skip
+    judge = Judge(POLICY)
+    judge.import_state(KEY0, older)
+    exported = judge.export_state(KEY0)
+    assert exported is not None
+    assert exported["version"] == 2
+    assert exported["decided"] == [[INC, 0, 1, False], [INC, 1, 2, True], [INC, 2, 4, False]]
+    assert [judge.was_read_at(c, 10 + c.seq) for c in canaries] == [True, False, True, True]
+    assert judge.on_arrived(canaries[1], 5, offset=11) == [
+        Anomaly(KEY0, 1, AnomalyKind.RESURRECTED)
+    ]
+    assert StreamState.from_dict(exported).to_dict() == exported
+
+
 def _valid_state() -> dict[str, object]:
-    return StreamState(since_ns=0, incarnation=1, high_seq=2, decided={(1, 0): True}).to_dict()
+    decided = DecidedRuns()
+    decided.add((1, 0), lost=True)
+    return StreamState(since_ns=0, incarnation=1, high_seq=2, decided=decided).to_dict()
 
 
 @pytest.mark.parametrize(
@@ -570,6 +596,15 @@ def _valid_state() -> dict[str, object]:
         {"pending": [[1, 2]]},
         {"pending": [[1, 0, 5]]},  # also decided
         {"decided": [[1, 2, 1]]},
+        {"decided": [[1, 2, 2, False]]},  # an empty run
+        {"decided": [[1, 0, 2, 1]]},  # the lost flag not a boolean
+        {"decided": [[1, 3, 5, False], [1, 0, 2, True]]},  # out of order
+        {"decided": [[1, 0, 5, False], [1, 3, 6, True]]},  # overlapping
+        {"decided": [["1", 0, 5, False]]},
+        {"arrived": [[1], [0]]},  # not four columns
+        {"arrived": [[1], [0], [5], []]},  # columns of different lengths
+        {"arrived": [[1], [-1], [5], [0]]},  # a negative seq
+        {"arrived": [[1], [0.5], [5], [0]]},
     ],
 )
 def test_import_rejects_malformed_state(damage: dict[str, object]) -> None:
