@@ -17,15 +17,18 @@ SLI is per target: only the sink stage has a watermark.
 {{- $severity := $alerts.severityLabels -}}
 {{- $runbook := $alerts.runbookBaseUrl -}}
 {{- $job := include "synthetic-sla-probe.job" . -}}
-{{- $threshold := $slo.latency.thresholdSeconds -}}
 {{- /*
-Prometheus 3 stores classic bucket bounds as floats: le="1" is read as le="1.0", while
-le="0.5" stays. Match the threshold with and without a trailing ".0" so the latency SLI
-reads the same bucket under Prometheus 2 and 3 and from Go or Python clients.
+The objectives, thresholds and latency buckets come from the SLO definitions that Sloth's
+and Pyrra's SLOs read too (_slo-definitions.tpl). Prometheus 3 stores classic bucket
+bounds as floats: le="1" is read as le="1.0", while le="0.5" stays. The bucket is matched
+with and without a trailing ".0" (leMatch) so the latency SLI reads the same bucket
+under Prometheus 2 and 3 and from Go or Python clients.
 */ -}}
-{{- $sinkThreshold := $slo.latency.sinkThresholdSeconds -}}
-{{- $le := printf "%s(\\\\.0)?" ($threshold | toString | replace "." "\\\\.") -}}
-{{- $sinkLe := printf "%s(\\\\.0)?" ($sinkThreshold | toString | replace "." "\\\\.") -}}
+{{- $defs := include "synthetic-sla-probe.sloDefinitions" . | fromYaml -}}
+{{- $threshold := $defs.thresholds.default.seconds -}}
+{{- $sinkThreshold := $defs.thresholds.sink.seconds -}}
+{{- $le := $defs.thresholds.default.leMatch -}}
+{{- $sinkLe := $defs.thresholds.sink.leMatch -}}
 {{- $windows := list "5m" "30m" "1h" "2h" "6h" "1d" "3d" -}}
 {{- /*
 Multi-window multi-burn-rate (SRE workbook, ch. 5): a pair fires when the long window
@@ -53,16 +56,16 @@ it is named here for the alert's text only.
     "name" "availability"
     "budget" "availability"
     "alert" "SyntheticSlaAvailabilityBudgetBurn"
-    "objective" $slo.availability.objective
+    "objective" $defs.availabilityObjective
     "summary" "canaries are lost, late or not acknowledged fast enough to exhaust the availability error budget"
-    "meaning" (printf "of canaries delivered (objective %v); the rest were lost, late or never acknowledged" $slo.availability.objective)) $stageSubject)
+    "meaning" (printf "of canaries delivered (objective %v); the rest were lost, late or never acknowledged" $defs.availabilityObjective)) $stageSubject)
   (merge (dict
     "name" "latency"
     "budget" "latency"
     "alert" "SyntheticSlaLatencyBudgetBurn"
-    "objective" $slo.latency.objective
+    "objective" $defs.latencyObjective
     "summary" (printf "canaries slower than the latency threshold (%vs; the Spark sink %vs) exhaust the latency error budget" $threshold $sinkThreshold)
-    "meaning" (printf "of arrived canaries within %vs, or %vs in the Spark sink stage (objective %v)" $threshold $sinkThreshold $slo.latency.objective)) $stageSubject)
+    "meaning" (printf "of arrived canaries within %vs, or %vs in the Spark sink stage (objective %v)" $threshold $sinkThreshold $defs.latencyObjective)) $stageSubject)
   (dict
     "name" "watermark_skew"
     "budget" "watermark-skew"
@@ -78,11 +81,11 @@ groups:
     rules:
       # The objectives as series, so dashboards compute error budgets without copies.
       - record: synthetic_sla:objective:ratio
-        expr: vector({{ $slo.availability.objective }})
+        expr: vector({{ $defs.availabilityObjective }})
         labels:
           sli: availability
       - record: synthetic_sla:objective:ratio
-        expr: vector({{ $slo.latency.objective }})
+        expr: vector({{ $defs.latencyObjective }})
         labels:
           sli: latency
           threshold_seconds: {{ $threshold | toString | quote }}
@@ -456,7 +459,7 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
       {{- end }}
       {{- with $alerts.brokerBurn }}
       {{- if .enabled }}
-      {{- $objective := $slo.availability.objective }}
+      {{- $objective := $defs.availabilityObjective }}
       # Which broker burns the availability budget: the page pairs of the SLO alert
       # (1h and 5m at 14.4x, 6h and 30m at 6x) on one broker's canaries. It names the
       # broker the availability page does not.
