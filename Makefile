@@ -19,7 +19,7 @@ DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mos
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test setup system-deps python-deps demo-deps uv kafka spark-kafka junit-schema \
-  lint bench lock rules dashboard gameday detection-table clean
+  sloth lint bench lock rules slo-specs dashboard gameday detection-table clean
 
 demo: demo-deps
 	$(VENV)/bin/sla-probe once --embedded --stages consumer,sink
@@ -27,7 +27,7 @@ demo: demo-deps
 test: setup
 	$(VENV)/bin/pytest
 
-setup: system-deps python-deps kafka spark-kafka junit-schema
+setup: system-deps python-deps kafka spark-kafka junit-schema sloth
 
 # Apache Kafka's broker jars, pinned in probe/apache_kafka/pom.xml, resolved from Maven
 # Central once into ~/.cache/synthetic-sla-probe/ (SLA_PROBE_KAFKA_LIBS elsewhere): the
@@ -47,6 +47,14 @@ spark-kafka: system-deps python-deps
 # pytest's source distribution on PyPI (pinned, SHA-256 checked) into the cache, once.
 junit-schema: python-deps
 	$(VENV)/bin/python -m tests.junit_schema install
+
+# Sloth, which the tests turn the chart's Sloth spec into rules with: built from its Go
+# source (github.com/slok/sloth/cmd/sloth, pinned in tests/sloth.py) with `go install`
+# into ~/.cache/synthetic-sla-probe/bin, its CRD beside it, once: skipped when the binary
+# there was built from the pinned version. Go from PATH, else /usr/local/go/bin/go. A cold
+# build takes about 6 minutes on two cores.
+sloth: python-deps
+	$(VENV)/bin/python -m tests.sloth install
 
 # Installs a Debian package only when its command is missing.
 system-deps:
@@ -88,6 +96,11 @@ lock:
 # Re-render the plain Prometheus rules file from the chart's rules template.
 rules: python-deps
 	$(VENV)/bin/python charts/render_rules.py
+
+# Re-render the plain Sloth spec (charts/sloth/) and Pyrra's ServiceLevelObjectives
+# (charts/pyrra/) from the chart's SLO definitions, the same as the rules'.
+slo-specs: python-deps
+	$(VENV)/bin/python charts/render_slo_specs.py
 
 # Re-build the chart's Grafana dashboard (dashboards/synthetic-sla-probe.json) from its
 # code, charts/dashboard.py (grafana-foundation-sdk, a dev dependency).

@@ -71,9 +71,14 @@ def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
 _RulesDumper.add_representer(str, _represent_str)
 
 
+def dump(document: Any) -> str:
+    """YAML in the chart's order, PromQL of several lines as literal blocks."""
+    return yaml.dump(document, Dumper=_RulesDumper, sort_keys=False, width=100, allow_unicode=True)
+
+
 def plain_rules_text(values: dict[str, Any] | None = None, values_name: str | None = None) -> str:
     spec = render_rule_groups(values)
-    body = yaml.dump(spec, Dumper=_RulesDumper, sort_keys=False, width=100, allow_unicode=True)
+    body = dump(spec)
     where = f"\n# with the values of {values_name}" if values_name else " with the default values"
     return HEADER.format(values=where) + body
 

@@ -251,6 +251,47 @@ CRD_SCHEMAS = {
 }
 
 
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """A CRD's structural schema as the API server applies it with strict field
+    validation: fields it does not declare are refused, not pruned."""
+    strict = dict(schema)
+    if "properties" in schema:
+        strict["properties"] = {name: _strict(sub) for name, sub in schema["properties"].items()}
+        if not schema.get("x-kubernetes-preserve-unknown-fields"):
+            strict.setdefault("additionalProperties", False)
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            strict[key] = _strict(schema[key])
+    return strict
+
+
+def _schema_of_crd(crd: dict[str, Any]) -> dict[str, Any]:
+    """The schema of a CRD's one served version, its metadata a Kubernetes ObjectMeta."""
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("served", True)]
+    kind = crd["spec"]["names"]["kind"]
+    api_version = f"{crd['spec']['group']}/{version['name']}"
+    spec = _strict(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
+    return _crd_schema(api_version, kind, spec)
+
+
+# SLO tooling's kinds, from their own CRDs: Pyrra's from its v0.9.5 release (it cannot be
+# built here, tests/data/pyrra/README.md), Sloth's from the module `make sloth` built.
+PYRRA_CRD = ROOT / "tests" / "data" / "pyrra" / "pyrra.dev_servicelevelobjectives.json"
+
+
+@cache
+def _slo_tooling_schema(kind: str) -> dict[str, Any]:
+    from tests.sloth import sloth_crd  # noqa: PLC0415
+
+    if kind == "ServiceLevelObjective":
+        return _schema_of_crd(json.loads(PYRRA_CRD.read_text()))
+    assert sloth_crd().exists(), "Sloth's CRD is not installed: `make sloth` (part of make test)"
+    return _schema_of_crd(yaml.safe_load(sloth_crd().read_text()))
+
+
+SLO_TOOLING_KINDS = ("ServiceLevelObjective", "PrometheusServiceLevel")
+
+
 @cache
 def _kubernetes_definitions(version: str) -> referencing.Resource[Any]:
     directory = f"v{version}-local-strict"
@@ -261,7 +302,8 @@ def _kubernetes_definitions(version: str) -> referencing.Resource[Any]:
 
 
 def validate_crd(manifest: Manifest, version: str) -> None:
-    schema = CRD_SCHEMAS[manifest["kind"]]
+    kind = manifest["kind"]
+    schema = _slo_tooling_schema(kind) if kind in SLO_TOOLING_KINDS else CRD_SCHEMAS[kind]
     registry: referencing.Registry[Any] = referencing.Registry().with_resource(
         "https://kubernetes.io/api/_definitions.json", _kubernetes_definitions(version)
     )
@@ -270,7 +312,7 @@ def validate_crd(manifest: Manifest, version: str) -> None:
 
 def validate(manifest: Manifest) -> None:
     for version in KUBERNETES_VERSIONS:
-        if manifest["kind"] in CRD_SCHEMAS:
+        if manifest["kind"] in CRD_SCHEMAS or manifest["kind"] in SLO_TOOLING_KINDS:
             validate_crd(manifest, version)
         else:
             kubernetes_validate.validate(manifest, version, strict=True)
@@ -294,6 +336,8 @@ def validate(manifest: Manifest) -> None:
                 "Pod",
                 "ServiceMonitor",
                 "PrometheusRule",
+                "PrometheusServiceLevel",  # Sloth
+                "ServiceLevelObjective",  # Pyrra
                 "NetworkPolicy",
             },
         ),
