@@ -210,7 +210,9 @@ class Fate:
     ``trace_context`` is the canary's signed W3C traceparent, attached by the shell
     that knows the canary (exemplars, spans and logs use it); ``broker`` the broker
     that led the canary's partition when it was produced, attached by the shell that
-    produced it (per-broker series). The judge leaves both None.
+    produced it (per-broker series); ``reason``, for ``produce_failed``, why the broker
+    did not acknowledge it (a ``ProduceFailure`` value, from the producer: the status
+    page's failures). The judge leaves all three None.
     """
 
     key: StreamKey
@@ -219,6 +221,7 @@ class Fate:
     latency_ns: int | None
     trace_context: str | None = None
     broker: int | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

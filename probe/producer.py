@@ -273,4 +273,4 @@ class CanaryProducer:
         if self._metrics is not None:
             self._metrics.produce_failed(self._target, failure.reason, broker)
         for stage in self._stages:
-            stage.on_produce_failed(canary, now_ns, broker)
+            stage.on_produce_failed(canary, now_ns, broker, failure.reason.value)

@@ -262,10 +262,19 @@ class Stage:
                 self._brokers.pop(oldest, None)
         self._record(findings)
 
-    def on_produce_failed(self, canary: Canary, now_ns: int, broker: int | None = None) -> None:
+    def on_produce_failed(
+        self, canary: Canary, now_ns: int, broker: int | None = None, reason: str | None = None
+    ) -> None:
+        """``reason``: why it was not acknowledged (a ProduceFailure value)."""
         if broker is not None:
             self._brokers[_ident(canary)] = broker
-        self._record(self.judge.on_produce_failed(canary, now_ns), canary)
+        findings = self.judge.on_produce_failed(canary, now_ns)
+        if reason is not None:
+            findings = [
+                dataclasses.replace(f, reason=reason) if isinstance(f, Fate) else f
+                for f in findings
+            ]
+        self._record(findings, canary)
 
     def on_arrival(self, arrival: Arrival) -> None:
         verdict = classify(
