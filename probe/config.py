@@ -596,6 +596,18 @@ class MetricsConfig(_Section):
     web_config_file: Annotated[Path | None, AfterValidator(_readable_web_config)] = None
 
 
+class SloConfig(_Section):
+    """The objectives the status page (``/``) measures the error budget against: the
+    same as the chart's ``slo.availability.objective`` and ``slo.latency.objective``
+    (its rules alert on them; the page shows what the probe itself counted)."""
+
+    # Share of canaries delivered (within the stage's freshness) of all fates.
+    availability_objective: float = Field(default=0.999, gt=0.0, lt=1.0)
+    # Share of arrived canaries faster than the stage's latency threshold
+    # (metrics.latency_threshold; the sink's sink.latency_threshold).
+    latency_objective: float = Field(default=0.99, gt=0.0, lt=1.0)
+
+
 # A Pushgateway grouping label: Prometheus' label names, and not one the push sets.
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _GROUPING_OWN = frozenset({"job", "instance", "target"})
@@ -889,6 +901,7 @@ class ProbeConfig(_Section):
     judge: JudgeConfig = JudgeConfig()
     canary: CanaryConfig = CanaryConfig()
     metrics: MetricsConfig = MetricsConfig()
+    slo: SloConfig = SloConfig()
     once: OnceConfig = OnceConfig()
     mqtt: MqttConfig = MqttConfig()
     # Stages judging the Kafka target: the direct consumer, and the Spark sink (opt-in).

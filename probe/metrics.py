@@ -47,6 +47,7 @@ from probe.errors import ConnectFailure, ProduceFailure, RejectReason
 from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
 from probe.reconcile.outcome import Reconciliation, RecordResult, Verdict, WindowStatus
 from probe.replicas import TopicReplicas, partition_problems, replica_health
+from probe.status_page import SinkBatchProgress
 
 # The metrics a canary's fate counts on (see ProbeMetrics._fate_child).
 _Fated = TypeVar("_Fated", Counter, Histogram)
@@ -297,6 +298,11 @@ class ReplicaCollector(Collector):
     def update(self, target: str, topic: TopicReplicas) -> None:
         self._topics[target] = topic
 
+    def leader_of(self, target: str, partition: int) -> int | None:
+        """The partition's leader at the target's last refresh (None: unknown, offline)."""
+        topic = self._topics.get(target)
+        return None if topic is None else topic.leader_of(partition)
+
     def collect(self) -> Iterator[Metric]:
         brokers = InfoMetricFamily(
             "synthetic_sla_broker",
@@ -419,6 +425,11 @@ class SinkQueryMetrics(Collector):
         self._evaluated_ns = self._started_ns
         self._good_s = 0.0
         self._observed_s = 0.0
+        # For the status page (progress()): batches seen, restarts, given up.
+        self._batches = 0
+        self._restarts = 0
+        self._running = False
+        self._given_up = False
         self.batch_duration = Histogram(
             "synthetic_sla_spark_batch_duration_seconds",
             "Wall time of each micro-batch of the sink query.",
@@ -503,6 +514,7 @@ class SinkQueryMetrics(Collector):
             # The span up to now was under the old watermark.
             self._advance(now_ns)
             self._last_batch_ns = now_ns
+            self._batches += 1
             if watermark_ns:
                 self._watermark_ns = watermark_ns
             if lag is not None:
@@ -515,14 +527,33 @@ class SinkQueryMetrics(Collector):
             self._lag = records
 
     def up(self, running: bool) -> None:
+        self._running = running
         self.query_up.labels(self.target).set(1 if running else 0)
 
     def restarted(self, reason: str) -> None:
+        self._restarts += 1
         self.restarts.labels(self.target, reason).inc()
 
     def failed(self) -> None:
+        self._given_up = True
         self.given_up.labels(self.target).set(1)
         self.up(False)
+
+    def progress(self) -> SinkBatchProgress:
+        """The query's progress for the status page, from the same figures as the series."""
+        now_ns = self._clock_ns()
+        with self._lock:
+            watermark, lag, last_batch = self._watermark_ns, self._lag, self._last_batch_ns
+            batches = self._batches
+        return SinkBatchProgress(
+            running=self._running,
+            batches=batches,
+            last_batch_age_s=None if last_batch is None else max(0, now_ns - last_batch) / 1e9,
+            watermark_skew_s=max(0, now_ns - (watermark or self._started_ns)) / 1e9,
+            lag_records=lag,
+            restarts=self._restarts,
+            given_up=self._given_up,
+        )
 
     def _advance(self, now_ns: int) -> None:
         """Move the skew budget to now (the lock held)."""

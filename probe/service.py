@@ -1,11 +1,11 @@
 """`sla-probe run`: the long-running probe service.
 
-It serves /metrics, /healthz and /readyz from the start (a probe that cannot reach
-its broker is measuring an outage: alive, not ready), connects every configured
-target with backoff, then produces on every wall-clock tick while the stages judge
-arrivals. Targets are independent: one broker being down never stops the others.
-/readyz is 200 only while every target is ready, and lists each one's state.
-SIGTERM and SIGINT stop it cleanly within a few seconds.
+It serves /metrics, /healthz, /readyz and the status page (/) from the start (a
+probe that cannot reach its broker is measuring an outage: alive, not ready),
+connects every configured target with backoff, then produces on every wall-clock
+tick while the stages judge arrivals. Targets are independent: one broker being
+down never stops the others. /readyz is 200 only while every target is ready, and
+lists each one's state. SIGTERM and SIGINT stop it cleanly within a few seconds.
 
 SIGUSR1 holds the Spark sink stage's batches before they write, as a sink blocked on
 its storage would be, and SIGUSR2 resumes them: a drill of the stall alerts (the
@@ -18,14 +18,16 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from probe.config import ProbeConfig, StageName, TargetKind
 from probe.endpoints import MetricsServer, build_app
 from probe.keyfile import KeyRingSource
 from probe.keys import KeyRing
-from probe.metrics import service_metrics
+from probe.metrics import ProbeMetrics, probe_version, service_metrics
 from probe.signals import stop_on_signals
+from probe.status_board import Objectives, StatusBoard, StatusView, refresh_every
 from probe.target import TargetProbe
 
 if TYPE_CHECKING:
@@ -51,8 +53,10 @@ async def serve(
     with contextlib.suppress(NotImplementedError, RuntimeError):
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, keyring.reload)
     registry, metrics = service_metrics(config)
+    # The status page's recorder sees every finding the metrics count.
+    board = StatusBoard(interval_s=config.interval, objectives=Objectives.of(config))
     targets = [
-        TargetProbe(config, keyring, [metrics], metrics=metrics, kind=kind)
+        TargetProbe(config, keyring, [metrics, board], metrics=metrics, kind=kind)
         for kind in config.targets
     ]
 
@@ -62,7 +66,9 @@ async def serve(
 
         # The sink ships the ring to its executors when its query starts: it picks up a
         # reloaded ring only when it restarts.
-        sink = SparkSinkStage(config, keyring.ring, [metrics], metrics=metrics, registry=registry)
+        sink = SparkSinkStage(
+            config, keyring.ring, [metrics, board], metrics=metrics, registry=registry
+        )
 
     _drill_signals(sink)
 
@@ -75,7 +81,10 @@ async def serve(
         reasons = "; ".join(f"{name}: {reason}" for name, _, reason in states)
         return all(ready for _, ready, _ in states), reasons
 
-    server = MetricsServer.from_settings(build_app(registry, readiness), config.metrics)
+    server = MetricsServer.from_settings(
+        build_app(registry, readiness, _status_view(config, readiness, board, metrics, sink)),
+        config.metrics,
+    )
     await server.start()
     log.info("serving metrics on %s://%s:%d", server.scheme, config.metrics.host, server.port)
 
@@ -117,6 +126,27 @@ async def serve(
     if sink is not None:
         await sink.stop()
     await server.stop()
+
+
+def _status_view(
+    config: ProbeConfig,
+    readiness: Callable[[], tuple[bool, str]],
+    board: StatusBoard,
+    metrics: ProbeMetrics,
+    sink: SparkSinkStage | None,
+) -> StatusView:
+    """The status page of `run`: every target's stages, and the sink's progress."""
+    return StatusView(
+        "run",
+        config.target,
+        readiness,
+        board=board,
+        sources=metrics.staleness.sources,
+        leader_of=metrics.replica_state.leader_of,
+        sink=None if sink is None or sink.health is None else sink.health.metrics.progress,
+        refresh_s=refresh_every(config.interval),
+        version=probe_version(),
+    )
 
 
 async def _start_sink(

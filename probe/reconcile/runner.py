@@ -13,7 +13,9 @@ records' windows close and settle.
 
 As a service it keeps going whatever a run finds or fails on: /readyz is 200 once a
 run has completed and while the last one did, 503 with the reason otherwise (no
-broker, no table yet); a mismatch is the metrics' business, not readiness'.
+broker, no table yet); a mismatch is the metrics' business, not readiness'. Its
+status page (``/``) shows the readiness and the last ``RUNS_SHOWN`` runs' verdicts,
+a failed run with its reason.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TextIO
@@ -35,7 +38,7 @@ from pyspark.sql import SparkSession
 from probe.config import KafkaConfig, ProbeConfig, require_for_reconcile
 from probe.endpoints import MetricsServer, build_app
 from probe.errors import ConfigError, ReconcileFailed, TransportError
-from probe.metrics import ReconcileMetrics
+from probe.metrics import ReconcileMetrics, probe_version
 from probe.reconcile.outcome import Reconciliation, Verdict, WindowStatus
 from probe.reconcile.render import as_json, iso_time, render_table
 from probe.reconcile.report_table import RUN_ID, write_report
@@ -45,6 +48,8 @@ from probe.spark.checksum import RecordFormat
 from probe.spark.reconcile import ReconcileJob, ReconcileSettings
 from probe.spark.session import sink_session, starts_own_jvm
 from probe.spark.stage import writable_spark_output
+from probe.status_board import StatusView, refresh_every
+from probe.status_page import ReconcileRun
 
 log = logging.getLogger(__name__)
 
@@ -238,16 +243,32 @@ def _summary(run: Reconciliation) -> str:
     )
 
 
+# Runs the status page lists, newest first.
+RUNS_SHOWN = 10
+
+
 class Readiness:
     """/readyz of the reconcile service: ready once a run completed and while the
-    last one did; the reason otherwise."""
+    last one did; the reason otherwise. ``runs``: the last runs, for the status page."""
 
     def __init__(self) -> None:
         self.ready = False
         self.reason = "reconcile: first run not finished"
+        self.runs: deque[ReconcileRun] = deque(maxlen=RUNS_SHOWN)
 
     def __call__(self) -> tuple[bool, str]:
         return self.ready, self.reason
+
+    def completed(self, run: Reconciliation) -> None:
+        self.ready = True
+        self.reason = f"reconcile: last run {run.run_id} {_summary(run)}"
+        self.runs.append(
+            ReconcileRun(run.run_id, run.finished_ms * 1_000_000, run.verdict.value, _summary(run))
+        )
+
+    def failed(self, error: Exception, now_ns: int) -> None:
+        self.ready, self.reason = False, f"reconcile: last run failed: {error}"
+        self.runs.append(ReconcileRun("", now_ns, "failed", str(error)))
 
 
 async def serve_reconcile(
@@ -269,7 +290,15 @@ async def serve_reconcile(
     registry = CollectorRegistry()
     metrics = ReconcileMetrics(registry, config.target)
     readiness = Readiness()
-    server = MetricsServer.from_settings(build_app(registry, readiness), config.metrics)
+    status = StatusView(
+        "reconcile",
+        config.target,
+        readiness,
+        reconcile_runs=lambda: tuple(readiness.runs),
+        refresh_s=refresh_every(every),
+        version=probe_version(),
+    )
+    server = MetricsServer.from_settings(build_app(registry, readiness, status), config.metrics)
     await server.start()
     try:
         if spark is None:
@@ -290,11 +319,10 @@ async def serve_reconcile(
             try:
                 run = running.result()
             except (ReconcileFailed, ConfigError) as failed:
-                readiness.ready, readiness.reason = False, f"reconcile: last run failed: {failed}"
+                readiness.failed(failed, time.time_ns())
                 log.error("reconciliation failed: %s", failed)
             else:
-                readiness.ready = True
-                readiness.reason = f"reconcile: last run {run.run_id} {_summary(run)}"
+                readiness.completed(run)
             # A run longer than the period is followed at once, never by a backlog.
             next_start = max(next_start + every, time.monotonic())
             with contextlib.suppress(TimeoutError):

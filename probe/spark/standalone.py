@@ -1,7 +1,8 @@
 """`sla-probe sink`: the sink stage on its own, for a Spark cluster.
 
 The probe that produces canaries runs elsewhere (`sla-probe run`); this process only
-runs the sink query and serves its metrics (`/metrics`, `/healthz`, `/readyz`).
+runs the sink query and serves its metrics (`/metrics`, `/healthz`, `/readyz`) and
+its status page (`/`: the sink's verdicts, budget, stalest partitions, batch progress).
 Submit it to a cluster with ``spark-submit`` (see README, "Spark sink stage") and
 ``sink.master: null`` so the cluster's master is kept.
 """
@@ -18,10 +19,11 @@ from probe.config import ProbeConfig
 from probe.endpoints import MetricsServer, build_app
 from probe.errors import TransportError
 from probe.keys import KeyRing
-from probe.metrics import service_metrics
+from probe.metrics import probe_version, service_metrics
 from probe.signals import stop_on_signals
 from probe.spark.session import starts_own_jvm
 from probe.spark.stage import Ended, SparkSinkStage
+from probe.status_board import Objectives, StatusBoard, StatusView, refresh_every
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +42,21 @@ async def serve_sink(
     stop = stop_on_signals(stop)
     registry, metrics = service_metrics(config, sink=True)
     metrics.declare_target(config.target)
-    sink = SparkSinkStage(config, keyring, [metrics], metrics=metrics, registry=registry)
-    server = MetricsServer.from_settings(build_app(registry, sink.readiness), config.metrics)
+    board = StatusBoard(interval_s=config.interval, objectives=Objectives.of(config))
+    sink = SparkSinkStage(config, keyring, [metrics, board], metrics=metrics, registry=registry)
+    status = StatusView(
+        "sink",
+        config.target,
+        sink.readiness,
+        board=board,
+        sources=metrics.staleness.sources,
+        sink=None if sink.health is None else sink.health.metrics.progress,
+        refresh_s=refresh_every(config.interval),
+        version=probe_version(),
+    )
+    server = MetricsServer.from_settings(
+        build_app(registry, sink.readiness, status), config.metrics
+    )
     await server.start()
     try:
         try:
