@@ -52,7 +52,7 @@ junit-schema: python-deps
 # source (github.com/slok/sloth/cmd/sloth, pinned in tests/sloth.py) with `go install`
 # into ~/.cache/synthetic-sla-probe/bin, its CRD beside it, once: skipped when the binary
 # there was built from the pinned version. Go from PATH, else /usr/local/go/bin/go. A cold
-# build takes about 6 minutes on two cores.
+# build takes 6 to 8 minutes on two cores (Go's build cache: seconds).
 sloth: python-deps
 	$(VENV)/bin/python -m tests.sloth install
 
