@@ -241,7 +241,12 @@ def _seconds(value: float) -> str:
 
 
 def _percent(value: float) -> str:
-    return f"{value * 100:.2f} %"
+    """A share; past ±100 % (a budget overspent many times) without decimals.
+
+    >>> _percent(0.99912), _percent(-306.6923)
+    ('99.91 %', '-30669 %')
+    """
+    return f"{value * 100:.2f} %" if abs(value) < 1 else f"{value * 100:.0f} %"
 
 
 _STYLE = """

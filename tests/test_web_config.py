@@ -234,13 +234,23 @@ async def test_every_path_asks_for_credentials(serve: Serve, tls_files: dict[str
     anonymous = EndpointClient(server.port, ca_file=tls_files["ca"])
     admitted = EndpointClient(server.port, tls_files["ca"], user="prometheus", password=PASSWORD)
     wrong = EndpointClient(server.port, tls_files["ca"], user="prometheus", password="guess")
-    for path in ("/metrics", "/readyz", "/healthz", "/anything"):
+    for path in ("/", "/metrics", "/readyz", "/healthz", "/anything"):
         for client in (anonymous, wrong):
             reply = await asyncio.to_thread(client.get, path)
             assert reply.status == 401, (path, reply)
             assert reply.headers["WWW-Authenticate"] == "Basic"
-    for path, status in (("/metrics", 200), ("/readyz", 200), ("/healthz", 200), ("/x", 404)):
+            assert "ready" not in reply.body  # the status page says nothing to strangers
+    for path, status in (
+        ("/", 200),
+        ("/metrics", 200),
+        ("/readyz", 200),
+        ("/healthz", 200),
+        ("/x", 404),
+    ):
         assert (await asyncio.to_thread(admitted.get, path)).status == status, path
+    page = await asyncio.to_thread(admitted.get, "/")
+    assert page.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert 'id="readiness"' in page.body
     # Plain HTTP on the TLS port gets no answer at all.
     plain = EndpointClient(server.port, user="prometheus", password=PASSWORD)
     assert await asyncio.to_thread(plain.refused) is not None

@@ -1,7 +1,8 @@
 """`sla-probe sink` and `sla-probe reconcile --every` serve their endpoints behind the
 same web configuration as `run` (tests/test_secured_endpoints.py): HTTPS, basic auth,
 plain HTTP and a missing password refused. Both run here in the tests' own process, on
-the shared Spark session."""
+the shared Spark session. Their status pages (`/`) too: behind the password, each with
+what it has to show (the sink's batch progress, the reconciliation runs)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from probe.spark.standalone import serve_sink
 from tests.certificates import CertificateAuthority
 from tests.conftest import until
 from tests.endpoint_client import EndpointClient
+from tests.status_dom import parse
 
 USER, PASSWORD = "prometheus", "s3cret-scrape"
 
@@ -57,7 +59,7 @@ def _config(broker: EmbeddedBroker, topic: str, tmp_path: Path, port: int) -> Pr
     )
 
 
-async def _check_secured(port: int, ca: Path) -> None:
+async def _check_secured(port: int, ca: Path, service: str) -> None:
     """Admitted with the password over HTTPS; refused without it and over HTTP."""
     admitted = EndpointClient(port, ca, user=USER, password=PASSWORD)
 
@@ -75,6 +77,18 @@ async def _check_secured(port: int, ca: Path) -> None:
     assert (await asyncio.to_thread(wrong.get, "/readyz")).status == 401
     refused = await asyncio.to_thread(EndpointClient(port).refused, "/metrics")
     assert refused is not None
+    assert (await asyncio.to_thread(EndpointClient(port, ca).get, "/")).status == 401
+    page = await asyncio.to_thread(admitted.get, "/")
+    assert page.status == 200
+    assert page.headers["Content-Type"].startswith("text/html")
+    dom = parse(page.body)
+    assert dom.find_all("body")[0].attrs["data-service"] == service.split(maxsplit=1)[0]
+    assert dom.by_id("readiness") is not None
+    if service == "sink":
+        assert dom.by_id("sink-progress") is not None
+        assert [s.attrs["data-stage"] for s in dom.find_all("section", "stage")] == ["sink"]
+    else:
+        assert dom.by_id("reconcile-runs") is not None
 
 
 @pytest.mark.parametrize("service", ["sink", "reconcile --every"])
@@ -91,7 +105,7 @@ async def test_the_service_serves_behind_the_web_config(
         serve = lambda: serve_reconcile(config, None, stop, spark=spark)  # noqa: E731
     serving = asyncio.create_task(serve())
     try:
-        await _check_secured(port, tmp_path / "ca.crt")
+        await _check_secured(port, tmp_path / "ca.crt", service)
     finally:
         stop.set()
         await asyncio.wait_for(serving, 120)
