@@ -5,10 +5,13 @@ from __future__ import annotations
 import doctest
 import random
 
+import aiohttp
 import pytest
+from prometheus_client import CollectorRegistry
 
 import probe.status_board
 import probe.status_page
+from probe.endpoints import MetricsServer, build_app
 from probe.errors import RejectReason
 from probe.judge import Anomaly, AnomalyKind, Fate, Judge, JudgePolicy, Outcome, StreamKey
 from probe.metrics import StageSource
@@ -220,3 +223,35 @@ def test_view_of_ten_thousand_partitions_stays_small() -> None:
     dom = parse(page)
     assert len(dom.find_all("tr", "partition")) == WORST_PARTITIONS
     assert len(dom.find_all("tr", "failure")) == 50
+
+
+async def test_the_page_is_served_at_the_root() -> None:
+    clock = Clock()
+    board = board_of(clock)
+    board.count("orders", "consumer", [fate(3, Outcome.LOST)])
+    view = StatusView("run", "orders", lambda: (True, "ready"), board=board, clock_ns=clock)
+    without_view = build_app(CollectorRegistry(), lambda: (False, "no broker answered"))
+    servers = [
+        MetricsServer(
+            build_app(CollectorRegistry(), lambda: (True, "ready"), view), "127.0.0.1", 0
+        ),
+        MetricsServer(without_view, "127.0.0.1", 0),
+    ]
+    pages = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for server in servers:
+                await server.start()
+                async with session.get(f"http://127.0.0.1:{server.port}/") as reply:
+                    assert reply.status == 200
+                    assert reply.headers["Content-Type"] == "text/html; charset=utf-8"
+                    assert reply.headers["Cache-Control"] == "no-store"
+                    pages.append(parse(await reply.text()))
+    finally:
+        for server in servers:
+            await server.stop()
+    with_board, bare = pages
+    assert [s.attrs["data-stage"] for s in with_board.find_all("section", "stage")] == ["consumer"]
+    assert with_board.find_all("tr", "failure")[0].attrs["data-partition"] == "3"
+    # Without a view, / still says whether the probe is ready and why not.
+    assert bare.by_id("readiness").cell("reason") == "no broker answered"  # type: ignore[union-attr]
