@@ -6,9 +6,10 @@ The query, and the module each step lives in::
     executors, mapInArrow; the stages' own classify: foreign, invalid, misrouted)
         │ one branch: records that are not judged are grouped per Kafka partition
         ▼
-    watermark(produced_at) ─▶ judge per (probe, target, partition)
-        (judge_operator.JudgeProcessor: transformWithStateInPandas, state in Spark's state
-         store, processing-time timers expire losses of silent partitions)
+    watermark(produced_at) ─▶ judge per (probe, target, partition), in groups of streams
+        (judge_operator.JudgeProcessor: transformWithStateInPandas, one group per bucket
+         of partitions, each stream's state in Spark's state store, processing-time
+         timers expire losses of silent partitions)
         ▼
     foreachBatch (SinkJob.commit_batch, here):
         delivered or late by produce-to-commit latency (rows.at_commit)
@@ -58,7 +59,7 @@ from probe.judge import Fate, Finding, StreamKey
 from probe.keys import KeyRing
 from probe.partition_summary import offsets_summary
 from probe.spark.health import HealthListener, SparkHealth
-from probe.spark.judge_operator import JudgeProcessor
+from probe.spark.judge_operator import JudgeProcessor, bucket_of
 from probe.spark.kafka_connector import CONNECTOR_NAME, stream_options
 from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamReader, KafkaStreamSource
 from probe.spark.lag import START_FILE
@@ -353,8 +354,11 @@ class SinkJob:
                 for name in DECODED.fieldNames()
             ],
         ).withWatermark("produced_at", f"{int(s.allowed_lateness_s * 1000)} milliseconds")
-        return keyed.groupBy(
-            "stream_probe", "stream_target", "stream_partition"
+        # A group of the judge holds the streams of a bucket of partitions (see
+        # judge_operator: one Python call per stream cost 50 ms a stream).
+        bucketed = keyed.withColumn("stream_bucket", bucket_of(F.col("stream_partition")))
+        return bucketed.groupBy(
+            "stream_probe", "stream_target", "stream_bucket"
         ).transformWithStateInPandas(
             statefulProcessor=JudgeProcessor(int(s.freshness_s * 1e9), int(s.loss_timeout_s * 1e9)),
             outputStructType=JUDGED,
