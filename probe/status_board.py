@@ -282,8 +282,8 @@ class StatusBoard:
             threshold_s = self.objectives.threshold_s(stage)
         if sums is None:
             sums = [(0, 0, 0, 0)] * len(SLO_WINDOWS)
-        # Minutes counted: the current one in part, so uptime rounded up to a minute.
-        uptime_s = -(-max(0, now_ns - self.started_ns) // _MINUTE_NS) * 60
+        # How much of each window this process has counted: its uptime, to the second.
+        uptime_s = -(-max(0, now_ns - self.started_ns) // 1_000_000_000)
         objectives = self.objectives
         availability = SloTable(
             "availability",
