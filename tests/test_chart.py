@@ -548,13 +548,14 @@ def test_spark_needs_a_place_for_its_tables() -> None:
         render({**MINIMAL, "spark": {"enabled": True}})
 
 
-def test_latency_threshold_follows_the_slo(tmp_path: Path) -> None:
-    latency = {"objective": 0.99, "thresholdSeconds": 0.25, "sinkThresholdSeconds": 8}
-    config = probe_config.load(
-        _config_file(render({**MINIMAL, "slo": {"latency": latency}}), tmp_path)
-    )
+def test_latency_threshold_and_objectives_follow_the_slo(tmp_path: Path) -> None:
+    latency = {"objective": 0.95, "thresholdSeconds": 0.25, "sinkThresholdSeconds": 8}
+    slo = {"latency": latency, "availability": {"objective": 0.9995}}
+    config = probe_config.load(_config_file(render({**MINIMAL, "slo": slo}), tmp_path))
     assert config.metrics.latency_threshold == 0.25
     assert config.sink.latency_threshold == 8.0
+    # The status page's budgets are the rules' objectives.
+    assert (config.slo.availability_objective, config.slo.latency_objective) == (0.9995, 0.95)
 
 
 def test_a_sasl_password_never_goes_into_a_configmap() -> None:

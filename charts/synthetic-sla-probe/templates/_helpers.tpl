@@ -92,7 +92,8 @@ The settings every config file of the release shares: the user's `config` with t
 settings the chart owns laid over it, put into .out.config (a dict, so numbers keep
 their types). The metrics section is the chart's: the port must match the container
 port and the Service, and latency_threshold (sink.latency_threshold for the Spark sink)
-must be the SLO threshold the rules read a bucket at. `stages`, if given, comes out as
+must be the SLO threshold the rules read a bucket at, and slo's objectives the rules'
+(the status page's budgets). `stages`, if given, comes out as
 a list without the sink: the sink runs only in its own workload (spark.enabled).
 The sink's allowed lateness is spark.allowedLatenessSeconds, which the watermark-skew
 threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it.
@@ -117,6 +118,9 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- end -}}
 {{- $_ := set $config "metrics" (mergeOverwrite (dig "metrics" (dict) $config) $metrics) -}}
 {{- $_ := set $config "sink" (mergeOverwrite (dig "sink" (dict) $config) (dict "latency_threshold" $values.slo.latency.sinkThresholdSeconds)) -}}
+{{- /* The status page counts budgets against the objectives the rules alert on. */ -}}
+{{- $objectives := dict "availability_objective" $values.slo.availability.objective "latency_objective" $values.slo.latency.objective -}}
+{{- $_ := set $config "slo" (mergeOverwrite (dig "slo" (dict) $config) $objectives) -}}
 {{- if hasKey $config "stages" -}}
 {{- $given := $config.stages -}}
 {{- if kindIs "string" $given }}{{ $given = splitList "," $given }}{{ end -}}
