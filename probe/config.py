@@ -7,10 +7,10 @@ the last two into dotted overrides (``{"kafka.send_timeout": "5s"}``) and calls
 field is the path in the YAML file, e.g. ``kafka.send_timeout: not a duration``.
 
 Durations are written ``500ms``, ``20s``, ``1m30s``, ``2h`` or as plain seconds, and
-are held as float seconds. Each duration setting has documented bounds (README,
-"Broker list and limits"): a value outside them is almost certainly a typo
-(``--interval 1e9``) and would make the probe hang or flood its target instead of
-measuring anything.
+are held as float seconds. Each duration setting has documented bounds
+(docs/configuration.md, "Broker list and limits"): a value outside them is almost
+certainly a typo (``--interval 1e9``) and would make the probe hang or flood its target
+instead of measuring anything.
 """
 
 from __future__ import annotations

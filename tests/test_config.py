@@ -206,8 +206,8 @@ def test_durations_are_finite(text: str) -> None:
         parse_duration(float(text.removesuffix("s")))
 
 
-# Every duration setting: (field, min, max, default). The README's "Limits" table must
-# say the same: it is checked below.
+# Every duration setting: (field, min, max, default). The bounds table of
+# docs/configuration.md ("Broker list and limits") must say the same: it is checked below.
 DURATION_BOUNDS = [
     ("interval", "1s", "1h", "20s"),
     ("once.interval", "100ms", "5m", "1s"),
@@ -251,9 +251,9 @@ def test_duration_bounds(field: str, low: str, high: str, default: str) -> None:
         assert f"must be between {low} and {high}" in caught.value.message
 
 
-def test_the_readme_documents_the_duration_bounds() -> None:
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    rows = re.findall(r"^\| `([a-z_.]+)` \| (\S+) \| (\S+) \| (\S+) \|$", readme, re.MULTILINE)
+def test_the_configuration_page_documents_the_duration_bounds() -> None:
+    page = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    rows = re.findall(r"^\| `([a-z_.]+)` \| (\S+) \| (\S+) \| (\S+) \|$", page, re.MULTILINE)
     assert sorted(rows) == sorted(DURATION_BOUNDS)
 
 

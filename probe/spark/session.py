@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 # stateful operator is built for. The larger driver thread stack avoids a
 # StackOverflowError Spark can hit formatting an interrupt while a query stops
 # mid-batch (SPARK-48717); it only reaches a JVM this process launches: under
-# spark-submit the driver JVM runs already, and the README's command passes it.
+# spark-submit the driver JVM runs already, and the command of docs/spark-sink.md passes it.
 DEFAULT_CONF = {
     "spark.sql.streaming.stateStore.providerClass": (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -81,7 +81,7 @@ def executors_python(master: str | None, settings: Mapping[str, str]) -> str | N
     In local mode the executors are this process's children: this interpreter, which
     has the ``probe`` package. On a cluster they run on other hosts, where this path
     may not exist: Spark's own ``spark.pyspark.python`` (or ``PYSPARK_PYTHON``, or an
-    ``--archives`` environment) decides there (README, "Spark sink stage").
+    ``--archives`` environment) decides there (docs/spark-sink.md, "On a Spark cluster").
     """
     if settings.get("spark.pyspark.python") or not (master or "").startswith("local"):
         return None

@@ -3,7 +3,7 @@
 The probe that produces canaries runs elsewhere (`sla-probe run`); this process only
 runs the sink query and serves its metrics (`/metrics`, `/healthz`, `/readyz`) and
 its status page (`/`: the sink's verdicts, budget, stalest partitions, batch progress).
-Submit it to a cluster with ``spark-submit`` (see README, "Spark sink stage") and
+Submit it to a cluster with ``spark-submit`` (see docs/spark-sink.md, "On a Spark cluster") and
 ``sink.master: null`` so the cluster's master is kept.
 """
 

@@ -1,6 +1,7 @@
-"""The README's ACL list is exactly what the probe needs, proven on a cluster that
-enforces ACLs (StandardAuthorizer, nothing allowed without an ACL): the probe
-authenticates as User:probe over SASL/PLAIN and gets only what the list names.
+"""The ACL list of docs/secured-clusters.md ("ACLs") is exactly what the probe needs,
+proven on a cluster that enforces ACLs (StandardAuthorizer, nothing allowed without an
+ACL): the probe authenticates as User:probe over SASL/PLAIN and gets only what the list
+names.
 
 Probing an existing topic needs Write and Read on it (both imply Describe;
 DescribeConfigs is optional: without it min.insync.replicas is unknown); either one

@@ -544,8 +544,8 @@ def test_on_a_standalone_cluster_the_executors_read_with_the_jars_spark_submit_w
     start_probe: Callable[..., RunningProbe],
     tmp_path: Path,
 ) -> None:
-    """README, "On a Spark cluster", with sink.source: kafka: the connector's jars on
-    spark-submit's command line reach the driver and the cluster's executor."""
+    """docs/spark-sink.md, "On a Spark cluster", with sink.source: kafka: the connector's
+    jars on spark-submit's command line reach the driver and the cluster's executor."""
     producer = start_probe(*run_args(broker.bootstrap_servers, topic, key_file))
     config = tmp_path / "sink.yaml"
     port = _sink_config(config, broker, topic, tmp_path / "sink")

@@ -1,5 +1,5 @@
 """`sla-probe reconcile` on a real Spark standalone cluster, submitted with the
-README's command ("Reconciliation", on a cluster)."""
+command of docs/reconciliation.md ("On a cluster")."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_reconcile_submitted_to_a_standalone_cluster_names_what_is_missing(
     log = tmp_path / "spark-submit.log"
     python = sys.executable  # "the probe installed on every host"
     started = time.monotonic()
-    # The README's command.
+    # The command of docs/reconciliation.md.
     result = subprocess.run(
         [SPARK_SUBMIT, "--master", spark_cluster.master_url,
          "--conf", f"spark.pyspark.python={python}",

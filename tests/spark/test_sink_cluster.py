@@ -1,4 +1,5 @@
-"""The sink on a real Spark standalone cluster, submitted with the README's command."""
+"""The sink on a real Spark standalone cluster, submitted with the command of
+docs/spark-sink.md ("On a Spark cluster")."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def test_the_sink_on_a_standalone_cluster_survives_a_lost_executor(  # noqa: PLR
     start_probe: Callable[..., RunningProbe],
     tmp_path: Path,
 ) -> None:
-    """README, "On a Spark cluster": `run` produces with its consumer stage; the sink
-    is submitted to the cluster, its executor killed mid-run; every canary is judged
+    """docs/spark-sink.md, "On a Spark cluster": `run` produces with its consumer stage;
+    the sink is submitted to the cluster, its executor killed mid-run; every canary is judged
     once, none twice, none skipped."""
     producer = start_probe(*run_args(broker.bootstrap_servers, topic, key_file))
     port = free_loopback_port()
@@ -49,7 +50,7 @@ def test_the_sink_on_a_standalone_cluster_survives_a_lost_executor(  # noqa: PLR
         )
     )
     log = tmp_path / "spark-submit.log"
-    # The README's command; this interpreter is "the probe installed on every host".
+    # The command of docs/spark-sink.md; this interpreter is "the probe installed on every host".
     python = sys.executable
     submitted = time.monotonic()
     sink = subprocess.Popen(
