@@ -5,8 +5,8 @@ the pyspark installation) and on ``local[2]``.
 Run: ``python benchmarks/bench_sink_launch.py [--masters cluster,local] [--steady 180]``
 
 A `sla-probe run` with the consumer stage produces a canary per partition every 2 s
-on the embedded broker; the sink is submitted with the README's command
-("On a Spark cluster"). Figures, read off the sink's own /metrics:
+on the embedded broker; the sink is submitted with the command of
+docs/spark-sink.md ("On a Spark cluster"). Figures, read off the sink's own /metrics:
 
 * submit to first verdict: spark-submit's start to the first canary judged in the sink
   (a cold cluster starts an executor, then its Python workers);
