@@ -367,6 +367,10 @@ def _slo(table: SloTable) -> str:
     return "".join(parts)
 
 
+def _or_none(number: int | None) -> str:
+    return _NONE if number is None else str(number)
+
+
 def _worst(stage: StageStatus) -> str:
     if not stage.worst:
         return f'<p class="partitions">{stage.partitions} partitions tracked.</p>'
@@ -377,7 +381,7 @@ def _worst(stage: StageStatus) -> str:
     ]
     for p in stage.worst:
         stale = str(p.stale).lower()
-        leader = _NONE if p.leader is None else str(p.leader)
+        leader = _or_none(p.leader)
         parts.append(
             f'<tr class="partition" data-partition="{p.partition}" data-stale="{stale}">'
             f"<td>{p.partition}</td><td>{_seconds(p.staleness_s)}</td>"
@@ -398,9 +402,9 @@ def _failures(failures: Sequence[FailureRow], now_ns: int) -> str:
         "<th>trace id</th></tr>"
     ]
     for f in reversed(failures):
-        partition = _NONE if f.partition is None else str(f.partition)
-        seq = _NONE if f.seq is None else str(f.seq)
-        broker = _NONE if f.broker is None else str(f.broker)
+        partition = _or_none(f.partition)
+        seq = _or_none(f.seq)
+        broker = _or_none(f.broker)
         trace = _NONE if f.trace_id is None else _e(f.trace_id)
         raw_partition = "" if f.partition is None else str(f.partition)
         parts.append(
