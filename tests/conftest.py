@@ -274,6 +274,10 @@ def start_probe(tmp_path: Path) -> Iterator[Callable[..., RunningProbe]]:
         if probe.process.poll() is None:
             probe.process.kill()
             probe.process.wait()
+        # Shown by pytest only when the test failed: what the probe said last, so a
+        # failure on a CI machine carries its story.
+        tail = probe.log.read_text(errors="replace").splitlines()[-40:]
+        print(f"--- last lines of {probe.log.name} ---", *(line[:300] for line in tail), sep="\n")
 
 
 # --- MQTT: real Mosquitto brokers of the tests' own (see tests/mosquitto.py) ----------
