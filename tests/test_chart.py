@@ -558,6 +558,39 @@ def test_latency_threshold_and_objectives_follow_the_slo(tmp_path: Path) -> None
     assert (config.slo.availability_objective, config.slo.latency_objective) == (0.9995, 0.95)
 
 
+def test_the_group_stage_runs_with_the_rules_commit_slo(tmp_path: Path) -> None:
+    values = {
+        "config": {**MINIMAL["config"], "stages": "consumer, group"},
+        "slo": {"groupCommit": {"objective": 0.995, "thresholdSeconds": 0.25}},
+    }
+    config = probe_config.load(_config_file(render(values), tmp_path))
+    assert config.stages == ("consumer", "group")
+    # The commit histogram's bucket and the status page's budget are the rules'.
+    assert config.group.commit_latency_threshold == 0.25
+    assert config.group.commit_latency_objective == 0.995
+    # No id given: the probe's own, one group per probe (per pod).
+    assert config.group.id is None
+    single = {**values, "config": {**values["config"], "group": {"id": "sla-probe-orders"}}}
+    assert probe_config.load(_config_file(render(single), tmp_path)).group.id == "sla-probe-orders"
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        # Replicas sharing a group split the partitions: each misses its own canaries.
+        ({"replicaCount": 2, "config": {"group": {"id": "sla-probe"}}}, "replicaCount above 1"),
+        ({"config": {"group": {"commit_latency_threshold": 1}}}, "slo.groupCommit"),
+        ({"config": {"group": {"commit_latency_objective": 0.9}}}, "slo.groupCommit"),
+    ],
+)
+def test_the_group_settings_the_chart_owns_or_refuses(
+    values: dict[str, Any], complaint: str
+) -> None:
+    merged = {**values, "config": {**MINIMAL["config"], **values["config"]}}
+    with pytest.raises(helm.HelmRenderError, match=complaint):
+        render(merged)
+
+
 def test_a_sasl_password_never_goes_into_a_configmap() -> None:
     values = _all_features()
     values["storeConfigInSecret"] = False
@@ -585,6 +618,9 @@ def test_the_brokers_are_required(tmp_path: Path) -> None:
     ("values", "complaint"),
     [
         ({"slo": {"availability": {"objective": 1}}}, "/slo/availability/objective"),
+        ({"slo": {"groupCommit": {"objective": 0.99, "thresholdSeconds": 0}}}, "thresholdSeconds"),
+        ({"config": {"stages": ["consumer", "groups"]}}, "/config/stages"),
+        ({"config": {"stages": "consumer,grop"}}, "/config/stages"),
         # The probe's own duration form is accepted (tests/test_chart_secrets.py); this is not.
         ({"config": {"interval": "20 seconds"}}, "/config/interval"),
         ({"alerts": {"probeDown": {"enabled": True, "severity": "page", "for": "5 min"}}}, "for"),

@@ -93,7 +93,10 @@ settings the chart owns laid over it, put into .out.config (a dict, so numbers k
 their types). The metrics section is the chart's: the port must match the container
 port and the Service, and latency_threshold (sink.latency_threshold for the Spark sink)
 must be the SLO threshold the rules read a bucket at, and slo's objectives the rules'
-(the status page's budgets). `stages`, if given, comes out as
+(the status page's budgets); so are group.commit_latency_threshold and
+group.commit_latency_objective (slo.groupCommit). group.id "" is left out (the probe
+derives one from its probe id), and a fixed one is refused with more than one replica.
+`stages`, if given, comes out as
 a list without the sink: the sink runs only in its own workload (spark.enabled).
 The sink's allowed lateness is spark.allowedLatenessSeconds, which the watermark-skew
 threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it.
@@ -121,6 +124,21 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- /* The status page counts budgets against the objectives the rules alert on. */ -}}
 {{- $objectives := dict "availability_objective" $values.slo.availability.objective "latency_objective" $values.slo.latency.objective -}}
 {{- $_ := set $config "slo" (mergeOverwrite (dig "slo" (dict) $config) $objectives) -}}
+{{- /* The group stage's commit histogram has a bucket on the threshold the rules read. */ -}}
+{{- $group := dig "group" (dict) $config -}}
+{{- range list "commit_latency_threshold" "commit_latency_objective" -}}
+{{- if hasKey $group . -}}
+{{- fail (printf "config.group.%s is set by the chart: set slo.groupCommit (thresholdSeconds, objective), which the rules alert on" .) -}}
+{{- end -}}
+{{- end -}}
+{{- if not (dig "id" "" $group) -}}
+{{- $_ := unset $group "id" -}}
+{{- else if gt (int $values.replicaCount) 1 -}}
+{{- fail "config.group.id with replicaCount above 1: the replicas would share one consumer group and split the partitions, each missing its canaries on the others' partitions. Leave it empty: each probe's group is then its own (derived from its probe id)" -}}
+{{- end -}}
+{{- $_ := set $group "commit_latency_threshold" $values.slo.groupCommit.thresholdSeconds -}}
+{{- $_ := set $group "commit_latency_objective" $values.slo.groupCommit.objective -}}
+{{- $_ := set $config "group" $group -}}
 {{- if hasKey $config "stages" -}}
 {{- $given := $config.stages -}}
 {{- if kindIs "string" $given }}{{ $given = splitList "," $given }}{{ end -}}

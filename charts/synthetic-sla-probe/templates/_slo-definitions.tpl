@@ -12,7 +12,10 @@ produce_failed), of counter synthetic_sla_canaries_total; its bad events are eve
 outcome. Latency: arrived canaries within the stage's threshold, the histogram's bucket
 at that bound over its count; the Spark sink (a micro-batch stage) has a threshold of
 its own. The probe's metrics put a bucket on each threshold (metrics.latency_threshold,
-sink.latency_threshold), so the good events are one bucket:
+sink.latency_threshold), so the good events are one bucket. The group stage's offset
+commits have a threshold too (slo.groupCommit.thresholdSeconds, the probe's
+group.commit_latency_threshold), read the same way off the commit histogram by the
+chart's rules only:
 - `le` is that bucket's label as the probe (Python's client) exports it and Prometheus 2
   and 3 store it: "0.5", "5.0". Pyrra needs one exact float there.
 - `leMatch` also matches the Go clients' spelling of a whole number ("5"): the chart's
@@ -21,7 +24,7 @@ sink.latency_threshold), so the good events are one bucket:
 {{- define "synthetic-sla-probe.sloDefinitions" -}}
 {{- $slo := .Values.slo -}}
 {{- $thresholds := dict -}}
-{{- range $name, $seconds := dict "default" $slo.latency.thresholdSeconds "sink" $slo.latency.sinkThresholdSeconds -}}
+{{- range $name, $seconds := dict "default" $slo.latency.thresholdSeconds "sink" $slo.latency.sinkThresholdSeconds "groupCommit" $slo.groupCommit.thresholdSeconds -}}
 {{- $text := $seconds | toString -}}
 {{- $le := $text -}}
 {{- if not (regexMatch "[.eE]" $text) -}}
@@ -37,7 +40,10 @@ chart's own rules need no list: they group by the stage label.
 {{- if not $stages -}}
 {{- $config := .Values.config -}}
 {{- if dig "kafka" "bootstrap_servers" "" $config -}}
-{{- $stages = without (default (list "consumer") $config.stages) "sink" -}}
+{{- $given := default (list "consumer") $config.stages -}}
+{{- if kindIs "string" $given }}{{ $given = splitList "," $given }}{{ end -}}
+{{- range $given }}{{ $stages = append $stages (trim .) }}{{ end -}}
+{{- $stages = without $stages "sink" -}}
 {{- end -}}
 {{- if .Values.spark.enabled -}}
 {{- $stages = append $stages "sink" -}}
