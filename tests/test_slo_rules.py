@@ -124,7 +124,7 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
             check=False,
         )
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 58 rules found" in result.stdout
+        assert "SUCCESS: 71 rules found" in result.stdout
 
 
 @pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda path: path.stem)
@@ -299,6 +299,50 @@ def test_values_reach_the_replica_tickets() -> None:
     plain = {alert["alert"]: alert for alert in _alerts(yaml.safe_load(PLAIN_RULES.read_text()))}
     assert plain["SyntheticSlaReplicasUnderReplicated"]["for"] == "10m"
     assert plain["SyntheticSlaReplicasUnderMinIsr"]["for"] == "1m"
+
+
+def test_values_reach_the_group_rules() -> None:
+    values = {
+        "slo": {"groupCommit": {"objective": 0.995, "thresholdSeconds": 1}},
+        "alerts": {
+            "groupRebalanceStorm": {
+                "enabled": True,
+                "severity": "page",
+                "window": "30m",
+                "rebalances": 10,
+                "for": "10m",
+            },
+            "groupCommitFailing": {"enabled": False, "severity": "ticket"},
+        },
+    }
+    groups = render_rules.render_rule_groups(values)
+    alerts: dict[str, list[dict[str, Any]]] = {}
+    for alert in _alerts(groups):
+        alerts.setdefault(alert["alert"], []).append(alert)
+    page, ticket = alerts["SyntheticSlaGroupCommitLatencyBudgetBurn"]
+    sli = "target:synthetic_sla_group_commit_latency:ratio_rate"
+    assert f"(1 - {sli}1h) / (1 - 0.995) > 14.4" in page["expr"]
+    assert f"(1 - {sli}3d) / (1 - 0.995) > 1" in ticket["expr"]
+    assert "within 1s" in page["annotations"]["description"]
+    recorded = {rule["record"]: rule for rule in _rules(groups) if "record" in rule}
+    # A whole-second threshold in both bucket spellings, as the latency SLI reads it.
+    assert 'le=~"1(\\\\.0)?"' in recorded[f"{sli}5m"]["expr"]
+    (objective,) = [
+        rule
+        for rule in _rules(groups)
+        if rule.get("labels", {}).get("sli") == "group_commit_latency"
+    ]
+    assert objective["expr"] == "vector(0.995)"
+    assert objective["labels"]["threshold_seconds"] == "1"
+    rebalancing, unstable = alerts["SyntheticSlaGroupRebalanceStorm"]
+    assert rebalancing["expr"].endswith("[30m])) > 10")
+    assert "for" not in rebalancing  # the window holds it
+    assert (unstable["for"], unstable["labels"]["severity"]) == ("10m", "critical")
+    assert [rebalancing["labels"]["state"], unstable["labels"]["state"]] == [
+        "rebalancing",
+        "unstable",
+    ]
+    assert "SyntheticSlaGroupCommitFailing" not in alerts
 
 
 # -- documented -----------------------------------------------------------------------------

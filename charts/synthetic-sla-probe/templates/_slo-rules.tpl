@@ -9,7 +9,9 @@ Helm raw strings ({{` ... `}}) so Helm passes them through untouched.
 
 Every SLI is per (target, stage) and sums over probe replicas: all canaries of a target's
 stage count towards its SLO, whichever replica sent them. The Spark sink's watermark-skew
-SLI is per target: only the sink stage has a watermark.
+SLI is per target: only the sink stage has a watermark. So is the group stage's
+commit-latency SLI: only that stage commits offsets. The group stage's canaries are a
+stage like any other (stage="group") in the availability and latency SLIs.
 */}}
 {{- define "synthetic-sla-probe.ruleGroups" -}}
 {{- $slo := .Values.slo -}}
@@ -29,6 +31,8 @@ under Prometheus 2 and 3 and from Go or Python clients.
 {{- $sinkThreshold := $defs.thresholds.sink.seconds -}}
 {{- $le := $defs.thresholds.default.leMatch -}}
 {{- $sinkLe := $defs.thresholds.sink.leMatch -}}
+{{- $commitThreshold := $defs.thresholds.groupCommit.seconds -}}
+{{- $commitLe := $defs.thresholds.groupCommit.leMatch -}}
 {{- $windows := list "5m" "30m" "1h" "2h" "6h" "1d" "3d" -}}
 {{- /*
 Multi-window multi-burn-rate (SRE workbook, ch. 5): a pair fires when the long window
@@ -75,7 +79,17 @@ it is named here for the alert's text only.
     "prefix" `{{ $labels.target }}/sink: `
     "subject" "The Spark sink of target {{ $labels.target }}"
     "summary" "the event-time watermark lags the clock by more than the skew threshold often enough to exhaust the watermark-skew error budget"
-    "meaning" (printf "of time its event-time watermark lagged the clock by less than the probe's skew threshold (%s; objective %v). The probe counts these seconds at every scrape, so a stalled or stopped query burns the budget with no record arriving. A silent partition on the same target inhibits this alert: it is the cause, fix it first" $skewThreshold $slo.sink.skewObjective)) -}}
+    "meaning" (printf "of time its event-time watermark lagged the clock by less than the probe's skew threshold (%s; objective %v). The probe counts these seconds at every scrape, so a stalled or stopped query burns the budget with no record arriving. A silent partition on the same target inhibits this alert: it is the cause, fix it first" $skewThreshold $slo.sink.skewObjective))
+  (dict
+    "name" "group_commit_latency"
+    "budget" "group-commit"
+    "alert" "SyntheticSlaGroupCommitLatencyBudgetBurn"
+    "objective" $slo.groupCommit.objective
+    "record" "target"
+    "prefix" `{{ $labels.target }}/group: `
+    "subject" "The consumer-group member (stage group) of target {{ $labels.target }}"
+    "summary" (printf "offset commits slower than %vs, or failing, exhaust the group-commit error budget" $commitThreshold)
+    "meaning" (printf "of its offset commits the group coordinator acknowledged within %vs, of all it attempted: a failed commit (timeout, coordinator_moved, rebalance, not_authorized, error) counts as a bad one (objective %v). Every consumer group on the cluster commits through the same coordinators and __consumer_offsets partitions: their offsets are not being saved in time either, and a consumer that restarts or loses its partitions reads again from its last commit" $commitThreshold $slo.groupCommit.objective)) -}}
 groups:
   - name: synthetic-sla-probe.sli
     rules:
@@ -94,6 +108,11 @@ groups:
         expr: vector({{ $slo.sink.skewObjective }})
         labels:
           sli: watermark_skew
+      - record: synthetic_sla:objective:ratio
+        expr: vector({{ $slo.groupCommit.objective }})
+        labels:
+          sli: group_commit_latency
+          threshold_seconds: {{ $commitThreshold | toString | quote }}
       # Availability: delivered canaries over all outcomes (delivered, late, lost,
       # produce_failed). Latency: arrived canaries at or under the stage's threshold,
       # read off its histogram bucket, over all arrived canaries. The Spark sink is a
@@ -126,6 +145,22 @@ groups:
           sum by (target) (rate(synthetic_sla_watermark_skew_good_seconds_total[{{ $window }}]))
           /
           sum by (target) (rate(synthetic_sla_watermark_skew_observed_seconds_total[{{ $window }}]))
+      {{- end }}
+      # Group commits: the group stage's offset commits acknowledged within the
+      # threshold (the commit histogram's bucket on it; the histogram holds successful
+      # commits only) over every commit attempted, the failed ones added. A failed commit
+      # is a bad one whatever its reason. The probe declares every series at zero, so a
+      # member that only fails has an SLI of 0, not none.
+      {{- range $window := $windows }}
+      - record: target:synthetic_sla_group_commit_latency:ratio_rate{{ $window }}
+        expr: |-
+          sum by (target) (rate(synthetic_sla_group_commit_latency_seconds_bucket{le=~"{{ $commitLe }}"}[{{ $window }}]))
+          /
+          (
+            sum by (target) (rate(synthetic_sla_group_commit_latency_seconds_count[{{ $window }}]))
+            +
+            sum by (target) (rate(synthetic_sla_group_commit_failures_total[{{ $window }}]))
+          )
       {{- end }}
   - name: synthetic-sla-probe.slo-alerts
     rules:
@@ -305,6 +340,68 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
           summary: {{ printf "{{ $labels.target }}: the Spark sink's source lag has grown for %s, to {{ $value | humanize }} records" .for | quote }}
           description: {{ printf "The Spark sink query of target {{ $labels.target }} has fallen further behind its Kafka source at every evaluation for %s (lag above its value five minutes before), now {{ $value | humanize }} records: it reads slower than the topic grows. Canaries wait longer and longer in Kafka before the sink judges them." .for | quote }}
           runbook_url: {{ printf "%s#syntheticslasinklaggrowing" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- /*
+The group stage's consumer group: a member of a group of its own, per probe, living
+through what every consumer group on the cluster does (its coordinator, rebalances,
+commits). Per target, the worst member of the target's probes; the series exist only
+where a probe runs the group stage. The descriptions ask Prometheus which broker
+coordinates the group, which the alert's labels cannot carry.
+*/}}
+      {{- $coordinator := `{{ range $i, $c := sortByLabel "broker" (query (printf "max by (broker) (synthetic_sla_group_coordinator{target=%q}) == 1" $labels.target)) }}{{ if $i }}, {{ end }}broker {{ $c.Labels.broker }}{{ else }}not known: the member cannot find its coordinator (FindCoordinator fails: __consumer_offsets partitions without a leader, or the brokers unreachable){{ end }}` }}
+      {{- with $alerts.groupRebalanceStorm }}
+      {{- if .enabled }}
+      # A storm: more rebalances in `window` than a restart or a coordinator move makes
+      # (each is one or two; the first join counts one). The counter's increase holds
+      # for the window, so no `for`.
+      - alert: SyntheticSlaGroupRebalanceStorm
+        expr: max by (target) (increase(synthetic_sla_group_rebalances_total[{{ .window }}])) > {{ .rebalances }}
+        labels:
+          severity: {{ index $severity .severity }}
+          state: rebalancing
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}/group: the probe's consumer group rebalanced {{ $value | humanize }} times in %s" .window | quote }}
+          description: {{ printf "The group stage's member of target {{ $labels.target }} went through {{ $value | humanize }} rebalances in the last %s (threshold: more than %v). It is the only member of its group, so nothing but the cluster, or the probe itself missing its heartbeats, makes it rejoin: its coordinator moving or failing over, sessions or heartbeats timing out, commits fenced. Every consumer group on the cluster lives through the same: while a group rebalances, its consumers read nothing. The group's coordinator: %s." .window .rebalances $coordinator | quote }}
+          runbook_url: {{ printf "%s#syntheticslagrouprebalancestorm" $runbook }}
+      # No assignment, or a rebalance that does not end, for `for`: the group member reads
+      # nothing (its first join takes seconds).
+      - alert: SyntheticSlaGroupRebalanceStorm
+        expr: min by (target) (synthetic_sla_group_stable) == 0
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          state: unstable
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}/group: the probe's consumer group has had no stable assignment for %s" .for | quote }}
+          description: {{ printf "The group stage's member of target {{ $labels.target }} has held no assignment, or been in a rebalance that does not end, for %s: it reads nothing, and its canaries are late or lost. It cannot join or sync with its group: the coordinator is unreachable or moving, or __consumer_offsets has partitions without a leader. Consumer groups on the cluster that rebalance now are stuck the same way. The group's coordinator: %s." .for $coordinator | quote }}
+          runbook_url: {{ printf "%s#syntheticslagrouprebalancestorm" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.groupCommitFailing }}
+      {{- if .enabled }}
+      {{- $reasons := printf `{{ range $i, $r := sortByLabel "reason" (query (printf "sum by (reason) (increase(synthetic_sla_group_commit_failures_total{target=%%q}[%s])) > 0" $labels.target)) }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }} {{ $r.Value | humanize }}{{ end }}` .window }}
+      # Failures in every `window` for `for`, summed over reasons: a coordinator move
+      # fails a commit or two and is over before `for`; reasons that alternate (a
+      # timeout, then the coordinator moved) are still one failure that goes on.
+      - alert: SyntheticSlaGroupCommitFailing
+        expr: sum by (target) (increase(synthetic_sla_group_commit_failures_total[{{ .window }}])) > 0
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}/group: the probe's consumer group has failed to commit offsets in every %s for %s" .window .for | quote }}
+          description: {{ printf "Offset commits of the group stage's member of target {{ $labels.target }} have failed in every %s for %s ({{ $value | humanize }} in the last %s; by reason: %s). The group coordinator does not store offsets: every consumer group it coordinates may be unable to commit, and its consumers read again from their last commit after a restart or a rebalance. The group's coordinator: %s." .window .for .window $reasons $coordinator | quote }}
+          runbook_url: {{ printf "%s#syntheticslagroupcommitfailing" $runbook }}
       {{- end }}
       {{- end }}
       {{- with $alerts.invalidCanaries }}
