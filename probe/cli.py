@@ -208,8 +208,12 @@ def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
             _bootstrap_servers(),
             _topic(),
             _option(
-                "stages", "stages", "Kafka stages: consumer, and sink (Spark), e.g. consumer,sink."
+                "stages",
+                "stages",
+                "Kafka stages: consumer, sink (Spark) and group (a consumer-group member), "
+                "e.g. consumer,group.",
             ),
+            _option("group-id", "group.id", "The group stage's consumer group id."),
             _sink_path(),
             _sink_source(),
             _spark_log(),

@@ -422,6 +422,7 @@ class StageName(StrEnum):
 
     CONSUMER = "consumer"  # Kafka: a direct consumer of the canary topic
     SINK = "sink"  # Kafka: the Spark sink, judged where it writes its table
+    GROUP = "group"  # Kafka: a consumer-group member of the canary topic, committing
     MQTT = "mqtt"  # MQTT: a subscriber to the shard topics
     BRIDGE = "bridge"  # MQTT: the Kafka topic an MQTT-to-Kafka bridge fills
 
@@ -682,7 +683,31 @@ class OnceConfig(_Section):
     push_gateway: PushGatewayConfig | None = None
 
 
-KafkaStage = Annotated[Literal["consumer", "sink"], AfterValidator(StageName)]
+KafkaStage = Annotated[Literal["consumer", "sink", "group"], AfterValidator(StageName)]
+
+
+class GroupConfig(_Section):
+    """The group stage: a member of a consumer group of its own on the canary topic,
+    which finds its coordinator, joins, commits what it read, and rejoins after a
+    rebalance, as the cluster's real consumers do (docs/consumer-groups.md)."""
+
+    # The group id; None: ``synthetic-sla-probe.<probe_id>``, a group per probe, so
+    # that probes (and replicas) never share one and each reads every partition.
+    id: Annotated[str | None, Field(min_length=1, max_length=249)] = None
+    # A commit is good when the coordinator acknowledged it within this time; it is
+    # also a bucket boundary of synthetic_sla_group_commit_latency_seconds.
+    commit_latency_threshold: Annotated[Duration, _between(0.001, MINUTE)] = 0.5
+    # Share of commits that must be good (failed commits count against it); the
+    # chart's commit-latency burn alerts use the same objective.
+    commit_latency_objective: float = Field(default=0.99, gt=0.0, lt=1.0)
+
+    def group_id(self, probe_id: str) -> str:
+        """The id the group stage joins with.
+
+        >>> GroupConfig().group_id("probe-7")
+        'synthetic-sla-probe.probe-7'
+        """
+        return self.id or f"synthetic-sla-probe.{probe_id}"
 
 
 class RestartConfig(_Section):
@@ -904,9 +929,11 @@ class ProbeConfig(_Section):
     slo: SloConfig = SloConfig()
     once: OnceConfig = OnceConfig()
     mqtt: MqttConfig = MqttConfig()
-    # Stages judging the Kafka target: the direct consumer, and the Spark sink (opt-in).
+    # Stages judging the Kafka target: the direct consumer, and the Spark sink and the
+    # consumer-group member (opt-in).
     stages: tuple[KafkaStage, ...] = Field(default=("consumer",), validate_default=True)
     sink: SinkConfig = SinkConfig()
+    group: GroupConfig = GroupConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
 
     @field_validator("stages", mode="before")
@@ -915,7 +942,7 @@ class ProbeConfig(_Section):
         if isinstance(stages, str):
             stages = [name.strip() for name in stages.split(",") if name.strip()]
         if isinstance(stages, list | tuple) and not stages:
-            raise ValueError("must name at least one of: consumer, sink")
+            raise ValueError("must name at least one of: consumer, sink, group")
         return tuple(dict.fromkeys(stages)) if isinstance(stages, list | tuple) else stages
 
     # Which targets to probe, by transport name. Default: MQTT when mqtt.url is set,

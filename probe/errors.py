@@ -109,6 +109,16 @@ class ProduceFailure(StrEnum):
     OTHER = "other"
 
 
+class CommitFailure(StrEnum):
+    """Why the group stage's offset commit failed: the ``reason`` label values."""
+
+    TIMEOUT = "timeout"  # no answer within the send timeout
+    COORDINATOR_MOVED = "coordinator_moved"  # not (or no longer) the coordinator
+    REBALANCE = "rebalance"  # the group rebalanced under the commit
+    NOT_AUTHORIZED = "not_authorized"  # the group's or the topic's ACLs refuse it
+    ERROR = "error"  # anything else the broker or the client said
+
+
 class ProduceFailed(TransportError):
     """One canary was not acknowledged, and why."""
 

@@ -44,6 +44,7 @@ from prometheus_client.utils import floatToGoString
 from probe import tracing
 from probe.config import ProbeConfig, StageName
 from probe.errors import ConnectFailure, ProduceFailure, RejectReason
+from probe.group_metrics import GroupMetrics
 from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
 from probe.reconcile.outcome import Reconciliation, RecordResult, Verdict, WindowStatus
 from probe.replicas import TopicReplicas, partition_problems, replica_health
@@ -625,10 +626,14 @@ class ProbeMetrics:
         span_stats: tracing.ExportStats | None = None,
         partition_series: PartitionSeries = PartitionSeries.ALL,
         stale_after_s: Mapping[str, float] | None = None,
+        group_commit_threshold: float = 0.5,
     ) -> None:
         """``stale_after_s``: per stage name, when a partition is stale (see
-        :func:`stale_after`); stages not named: 25 s (a 20 s interval, 5 s freshness)."""
+        :func:`stale_after`); stages not named: 25 s (a 20 s interval, 5 s freshness).
+        ``group_commit_threshold``: the group stage's good commit (a bucket boundary)."""
         buckets = latency_buckets(*latency_thresholds)
+        # Registered always, labelled only for a target with the group stage.
+        self.group = GroupMetrics(registry, commit_buckets=latency_buckets(group_commit_threshold))
         self._stale_after_s = dict(stale_after_s or {})
         self._fate_children: dict[tuple[object, ...], Counter | Histogram] = {}
         self.canaries = Counter(
@@ -883,6 +888,8 @@ class ProbeMetrics:
         if isinstance(judge, Judge):
             self.pending.labels(target, stage).set_function(judge.pending_count)
         self._stages_of.setdefault(target, []).append(stage)
+        if stage == StageName.GROUP:
+            self.group.declare(target)
         threshold_s = self._stale_after_s.get(stage, stale_after(20.0, 5.0))
         self.staleness.add(StageSource(target, stage, judge, int(threshold_s * 1e9)))
 
@@ -1119,4 +1126,5 @@ def service_metrics(
         version=probe_version(),
         partition_series=PartitionSeries(config.metrics.partition_series),
         stale_after_s=stale_after_s,
+        group_commit_threshold=config.group.commit_latency_threshold,
     )

@@ -182,7 +182,7 @@ class TargetProbe:
             raise
         readers: dict[StageName, Transport] = {}
         for stage, build in self.layout.readers.items():
-            reader = readers[stage] = build()
+            reader = readers[stage] = build(None if self._metrics is None else self._metrics.group)
             try:
                 await reader.start()
             except TransportError as exc:

@@ -34,7 +34,7 @@ SLOTH_SPEC = ROOT / "charts" / "sloth" / "synthetic-sla-probe.sloth.yml"
 PYRRA_DIR = ROOT / "charts" / "pyrra"
 PLAIN_RULES = ROOT / "charts" / "prometheus" / "synthetic-sla-probe.rules.yml"
 SLOTH_UNIT_TEST = ROOT / "tests" / "rules" / "sloth" / "burn.yml"
-STAGES = ("consumer", "sink", "mqtt", "bridge")
+STAGES = ("consumer", "group", "sink", "mqtt", "bridge")
 # Spark on, so both thresholds are in play; the probes' own values otherwise.
 KAFKA_AND_SPARK = VALUE_SETS["all-features"]
 
@@ -161,6 +161,11 @@ def test_off_by_default() -> None:
     [
         (VALUE_SETS["default"], ["consumer"]),
         (KAFKA_AND_SPARK, ["consumer", "sink"]),
+        # The stages as the probe takes them on the command line, too.
+        (
+            {"config": {**VALUE_SETS["default"]["config"], "stages": "consumer, group"}},
+            ["consumer", "group"],
+        ),
         ({"config": {"mqtt": {"url": "mqtt://mqtt:1883"}}}, ["mqtt"]),
         (
             {"config": {"mqtt": {"url": "mqtt://mqtt:1883", "bridge": {"topic": "from-mqtt"}}}},
@@ -168,7 +173,7 @@ def test_off_by_default() -> None:
         ),
         ({**VALUE_SETS["default"], "slo": {"stages": ["bridge"]}}, ["bridge"]),
     ],
-    ids=["kafka", "kafka-and-spark", "mqtt", "mqtt-and-bridge", "slo.stages"],
+    ids=["kafka", "kafka-and-spark", "kafka-and-group", "mqtt", "mqtt-and-bridge", "slo.stages"],
 )
 def test_slos_for_the_stages_the_release_runs(values: dict[str, Any], stages: list[str]) -> None:
     resources = _chart_resources(values)

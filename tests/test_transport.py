@@ -39,3 +39,12 @@ def test_kafka_rounds_are_paced_unless_told_not_to() -> None:
     assert TRANSPORTS[TargetKind.KAFKA].layout(paced).spacing == 0.001  # 1,000/s
     burst = load(overrides={"kafka.bootstrap_servers": "kafka:9092", "kafka.max_send_rate": 0})
     assert TRANSPORTS[TargetKind.KAFKA].layout(burst).spacing == 0.0
+
+
+def test_the_group_stage_reads_the_canary_topic_with_a_reader_of_its_own() -> None:
+    config = load(overrides={"kafka.bootstrap_servers": "kafka:9092", "stages": "consumer,group"})
+    kafka = TRANSPORTS[TargetKind.KAFKA].layout(config)
+    assert kafka.stages == (StageName.CONSUMER, StageName.GROUP)
+    assert set(kafka.readers) == {StageName.GROUP}
+    # Its reader reads the canary topic itself: a canary must be on the partition it names.
+    assert kafka.routed(StageName.GROUP)

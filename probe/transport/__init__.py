@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from probe.config import ProbeConfig, StageName, TargetKind
 from probe.errors import ProduceFailure
 from probe.leadership import LeaderPlan
 from probe.replicas import TopicReplicas
+
+if TYPE_CHECKING:
+    from probe.transport.kafka_group import GroupRecorder
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,14 +122,20 @@ class TargetLayout:
     stages: tuple[StageName, ...]
     send_timeout: float  # a canary not acknowledged by then is produce_failed
     spacing: float  # seconds between sends at least, on average (0: a round at once)
-    # Stages that read somewhere else than the target's own transport, with the
-    # reader each one reads (the bridge stage: the Kafka topic a bridge fills).
-    readers: Mapping[StageName, Callable[[], Transport]] = field(default_factory=dict)
+    # Stages that read with a reader of their own, and how to build it (called with
+    # the group stage's recorder, or None): the bridge stage reads the Kafka topic a
+    # bridge fills, the group stage the canary topic as a consumer-group member.
+    readers: Mapping[StageName, Callable[[GroupRecorder | None], Transport]] = field(
+        default_factory=dict
+    )
+    # Those of them that read the target's own topic, where a canary's partition is
+    # the one it names.
+    same_topic: frozenset[StageName] = frozenset()
 
     def routed(self, stage: StageName) -> bool:
         """Whether the stage reads a canary from the partition the canary names: a
-        stage with a reader of its own reads wherever that reader's topic put it."""
-        return stage not in self.readers
+        stage reading another topic reads wherever that topic's writer put it."""
+        return stage not in self.readers or stage in self.same_topic
 
 
 class TargetKindSpec(Protocol):
@@ -144,10 +153,21 @@ class TargetKindSpec(Protocol):
 class _Kafka:
     def layout(self, config: ProbeConfig) -> TargetLayout:
         # The sink stage judges in Spark (probe.spark), not in this process's target.
-        stages = (StageName.CONSUMER,)
+        stages: tuple[StageName, ...] = (StageName.CONSUMER,)
+        readers: dict[StageName, Callable[[GroupRecorder | None], Transport]] = {}
+        if StageName.GROUP in config.stages:
+            stages += (StageName.GROUP,)
+            readers[StageName.GROUP] = lambda recorder: self.group_reader(config, recorder)
         rate = config.kafka.max_send_rate
         spacing = 1.0 / rate if rate else 0.0
-        return TargetLayout(config.target, stages, config.kafka.send_timeout, spacing)
+        return TargetLayout(
+            config.target,
+            stages,
+            config.kafka.send_timeout,
+            spacing,
+            readers,
+            same_topic=frozenset(readers),
+        )
 
     def transport(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
         # aiokafka reconnects inside its clients and does not tell: nothing to count.
@@ -161,14 +181,25 @@ class _Kafka:
 
         return KafkaTransport(config.kafka, writes=False)
 
+    def group_reader(self, config: ProbeConfig, recorder: GroupRecorder | None) -> Transport:
+        """The group stage's reader: a member of the probe's consumer group."""
+        from probe.transport.kafka_group import KafkaGroupReader  # noqa: PLC0415
+
+        return KafkaGroupReader(
+            config.kafka,
+            config.group.group_id(config.probe_id),
+            target=config.target,
+            recorder=recorder,
+        )
+
 
 class _Mqtt:
     def layout(self, config: ProbeConfig) -> TargetLayout:
         mqtt = config.mqtt
-        readers: dict[StageName, Callable[[], Transport]] = {}
+        readers: dict[StageName, Callable[[GroupRecorder | None], Transport]] = {}
         if StageName.BRIDGE in mqtt.stages:
             bridged = bridge_config(config)
-            readers[StageName.BRIDGE] = lambda: _Kafka().reader(bridged)
+            readers[StageName.BRIDGE] = lambda _: _Kafka().reader(bridged)
         spacing = 1.0 / mqtt.max_send_rate if mqtt.max_send_rate else 0.0
         stages = tuple(StageName(stage) for stage in mqtt.stages)
         return TargetLayout(mqtt.target, stages, mqtt.send_timeout, spacing, readers)

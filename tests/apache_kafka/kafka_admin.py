@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -84,3 +84,26 @@ def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
         }
     finally:
         consumer.close()
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """A consumer group as its coordinator describes it."""
+
+    coordinator: int
+    state: str  # STABLE, PREPARING_REBALANCE, EMPTY, ...
+    members: int
+
+
+def describe_group(bootstrap_servers: str, group: str) -> GroupState:
+    client = admin(bootstrap_servers)  # held until the answer: a collected one never answers
+    described = client.describe_consumer_groups([group])[group].result(timeout=10)
+    return GroupState(described.coordinator.id, described.state.name, len(described.members))
+
+
+def committed_offsets(bootstrap_servers: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offset of each partition of the topic (-1001: none)."""
+    request = ConsumerGroupTopicPartitions(group)
+    client = admin(bootstrap_servers)  # held until the answer: a collected one never answers
+    answer = client.list_consumer_group_offsets([request])[group].result(timeout=10)
+    return {tp.partition: tp.offset for tp in answer.topic_partitions if tp.topic == topic}

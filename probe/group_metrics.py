@@ -1,0 +1,132 @@
+"""The group stage's own metrics: what a consumer-group member goes through.
+
+Its canaries are counted like every stage's (``stage="group"``); these series say what
+real consumers of the cluster live through besides: how long the coordinator takes to
+acknowledge a commit and why commits fail, how often and for how long the member
+rebalances, which broker coordinates the group, and whether it is stable. Every
+series a rule reads exists from the moment the target is declared (a commit-latency
+SLI with no commit yet is 0, not "no data").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from probe.errors import CommitFailure
+
+# Rebalances take from a few ms (one member, no initial delay) to the session timeout
+# and beyond (a coordinator that moved, members that left without a word).
+REBALANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class GroupMetrics:
+    """The group stage's series on the probe's registry; the reader's recorder."""
+
+    def __init__(self, registry: CollectorRegistry, *, commit_buckets: Iterable[float]) -> None:
+        self.commit_latency = Histogram(
+            "synthetic_sla_group_commit_latency_seconds",
+            "Time the group coordinator took to acknowledge an offset commit (commits "
+            "that succeeded; failed ones are synthetic_sla_group_commit_failures_total).",
+            ["target"],
+            buckets=tuple(commit_buckets),
+            registry=registry,
+        )
+        self.commit_failures = Counter(
+            "synthetic_sla_group_commit_failures",
+            "Offset commits that failed, by reason.",
+            ["target", "reason"],
+            registry=registry,
+        )
+        self.rebalances = Counter(
+            "synthetic_sla_group_rebalances",
+            "Rebalances (join and sync) the group member went through, the first join included.",
+            ["target"],
+            registry=registry,
+        )
+        self.rebalance_duration = Histogram(
+            "synthetic_sla_group_rebalance_seconds",
+            "How long each rebalance took, from the partitions' revocation (or the "
+            "subscription) to the new assignment.",
+            ["target"],
+            buckets=REBALANCE_BUCKETS,
+            registry=registry,
+        )
+        self.stable = Gauge(
+            "synthetic_sla_group_stable",
+            "1 while the member holds an assignment and no rebalance is in progress.",
+            ["target"],
+            registry=registry,
+        )
+        self.coordinator = Gauge(
+            "synthetic_sla_group_coordinator",
+            "1 for the broker that coordinates the group stage's consumer group.",
+            ["target", "broker"],
+            registry=registry,
+        )
+        self.first_record = Gauge(
+            "synthetic_sla_group_first_record_seconds",
+            "Time from the member's last assignment to the first record it read after it.",
+            ["target"],
+            registry=registry,
+        )
+        self.assigned = Gauge(
+            "synthetic_sla_group_assigned_partitions",
+            "Partitions of the canary topic assigned to the member.",
+            ["target"],
+            registry=registry,
+        )
+        self.redelivered = Counter(
+            "synthetic_sla_group_redelivered",
+            "Records fetched again after a rebalance because their offsets were not "
+            "committed (not judged twice).",
+            ["target"],
+            registry=registry,
+        )
+        self._coordinators: dict[str, str] = {}
+
+    def declare(self, target: str) -> None:
+        """Every series a rule reads, at zero."""
+        self.commit_latency.labels(target)
+        for reason in CommitFailure:
+            self.commit_failures.labels(target, reason.value)
+        self.rebalances.labels(target)
+        self.rebalance_duration.labels(target)
+        self.stable.labels(target).set(0)
+        self.assigned.labels(target).set(0)
+        self.redelivered.labels(target)
+
+    # -- the reader's recorder -------------------------------------------------------
+
+    def committed(self, target: str, seconds: float) -> None:
+        self.commit_latency.labels(target).observe(seconds)
+
+    def commit_failed(self, target: str, reason: CommitFailure) -> None:
+        self.commit_failures.labels(target, reason.value).inc()
+
+    def rebalanced(self, target: str, seconds: float, partitions: int) -> None:
+        self.rebalances.labels(target).inc()
+        self.rebalance_duration.labels(target).observe(seconds)
+        self.assigned.labels(target).set(partitions)
+
+    def set_stable(self, target: str, stable: bool) -> None:
+        self.stable.labels(target).set(1 if stable else 0)
+
+    def coordinated_by(self, target: str, broker: int | None) -> None:
+        """The coordinator's broker id; None: unknown (no series)."""
+        now = "" if broker is None else str(broker)
+        before = self._coordinators.get(target, "")
+        if now == before:
+            return
+        if before:
+            self.coordinator.remove(target, before)
+        if now:
+            self.coordinator.labels(target, now).set(1)
+        self._coordinators[target] = now
+
+    def first_record_after(self, target: str, seconds: float) -> None:
+        self.first_record.labels(target).set(seconds)
+
+    def refetched(self, target: str, records: int) -> None:
+        self.redelivered.labels(target).inc(records)

@@ -1,0 +1,144 @@
+"""The group stage on Apache Kafka: a consumer-group member that finds its
+coordinator, joins, commits what it read and follows the group to a new coordinator,
+held against what Kafka's own admin API (confluent-kafka) says of the group."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from probe.apache_kafka.cluster import KafkaCluster
+from tests.apache_kafka.kafka_admin import (
+    committed_offsets,
+    describe,
+    describe_group,
+    end_offsets,
+    under_replicated,
+)
+from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, target_report, wait_for
+
+# run_args' probe id: the group stage's group is synthetic-sla-probe.<probe id>.
+GROUP = "synthetic-sla-probe.probe-under-test"
+
+
+def coordinator_series(probe: RunningProbe) -> set[int]:
+    """The brokers the probe names as the group's coordinator."""
+    return {
+        int(dict(labels)["broker"])
+        for (name, labels), value in probe.metrics().items()
+        if name == "synthetic_sla_group_coordinator" and value == 1
+    }
+
+
+def test_once_judges_the_group_stage_and_commits_every_offset_it_read(
+    kafka_cluster: KafkaCluster, topic: str
+) -> None:
+    servers = kafka_cluster.bootstrap_servers
+    done = subprocess.run(
+        [SLA_PROBE, "once", "--bootstrap-servers", servers, "--topic", topic, "--json",
+         "--stages", "consumer,group", "--group-id", f"{topic}-smoke"],
+        check=False, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    stages = target_report(done.stdout)["stages"]
+    consumer, group = stages["consumer"]["outcomes"], stages["group"]["outcomes"]
+    assert group["delivered"] == consumer["delivered"] > 0, json.dumps(stages)
+    assert group["lost"] == group["late"] == 0
+    # Read to the end, and committed to the end: the group's next member starts there.
+    assert committed_offsets(servers, f"{topic}-smoke", topic) == end_offsets(servers, topic)
+
+
+def test_run_exports_what_the_member_lives_through_as_kafka_describes_it(
+    kafka_cluster: KafkaCluster,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    servers = kafka_cluster.bootstrap_servers
+    probe = start_probe(*run_args(servers, topic, key_file), "--stages", "consumer,group")
+    wait_for(lambda: probe.canaries("delivered", "group") >= 3, timeout=60,
+             what="canaries delivered at the group stage")  # fmt: skip
+    partitions = len(describe(servers, topic))
+    delivered = probe.canaries("delivered", "group")
+    wait_for(lambda: probe.canaries("delivered", "group") >= delivered + 2 * partitions,
+             timeout=60, what="two more rounds at the group stage")  # fmt: skip
+
+    def agrees_with_kafka() -> bool:
+        group = describe_group(servers, GROUP)
+        samples = probe.metrics()
+        return (
+            group.state == "STABLE"
+            and group.members == 1
+            and coordinator_series(probe) == {group.coordinator}
+            and sample(samples, "synthetic_sla_group_stable") == 1
+            and sample(samples, "synthetic_sla_group_assigned_partitions") == partitions
+        )
+
+    wait_for(agrees_with_kafka, timeout=30, what="the group as Kafka describes it")
+    samples = probe.metrics()
+    assert sample(samples, "synthetic_sla_group_rebalances_total") >= 1
+    assert sample(samples, "synthetic_sla_group_rebalance_seconds_count") >= 1
+    assert sample(samples, "synthetic_sla_group_commit_latency_seconds_count") >= 1
+    assert sample(samples, "synthetic_sla_group_commit_failures_total") == 0
+    assert 0 < sample(samples, "synthetic_sla_group_first_record_seconds") < 10
+    assert probe.canaries("lost", "group") == probe.canaries("late", "group") == 0
+    # Commits follow the reads: within a few rounds every committed offset is one the
+    # topic has reached (nothing committed beyond what was written).
+    committed = committed_offsets(servers, GROUP, topic)
+    ends = end_offsets(servers, topic)
+    assert set(committed) == set(ends)
+    assert all(0 < committed[p] <= ends[p] for p in ends), (committed, ends)
+
+
+def test_the_member_follows_its_group_to_a_new_coordinator_losing_nothing(
+    own_kafka_cluster: KafkaCluster,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    cluster, servers = own_kafka_cluster, own_kafka_cluster.bootstrap_servers
+    probe = start_probe(*run_args(servers, topic, key_file), "--stages", "consumer,group")
+    wait_for(lambda: probe.canaries("delivered", "group") >= 9, timeout=60,
+             what="rounds delivered at the group stage")  # fmt: skip
+    wait_for(lambda: coordinator_series(probe), timeout=30, what="a coordinator series")
+    (before,) = coordinator_series(probe)
+    assert describe_group(servers, GROUP).coordinator == before
+
+    commits = sample(probe.metrics(), "synthetic_sla_group_commit_latency_seconds_count")
+    stopped_at = time.monotonic()
+    cluster.node(before).stop()  # a controlled shutdown: the group moves, nothing is lost
+
+    def moved() -> bool:
+        samples = probe.metrics()
+        now = coordinator_series(probe)
+        return (
+            bool(now)
+            and before not in now
+            and now == {describe_group(servers, GROUP).coordinator}
+            and sample(samples, "synthetic_sla_group_commit_latency_seconds_count") > commits
+        )
+
+    wait_for(moved, timeout=90, what="the group's new coordinator, committing again")
+    recovered_s = time.monotonic() - stopped_at
+    delivered = probe.canaries("delivered", "group")
+    wait_for(lambda: probe.canaries("delivered", "group") >= delivered + 9, timeout=60,
+             what="rounds delivered at the group stage after the move")  # fmt: skip
+    # The offsets topic lost a replica too: the group commits on with two in sync.
+    offsets = describe(servers, "__consumer_offsets")
+    assert under_replicated(offsets) == len(offsets)
+    commits = sample(probe.metrics(), "synthetic_sla_group_commit_latency_seconds_count")
+    wait_for(
+        lambda: (
+            sample(probe.metrics(), "synthetic_sla_group_commit_latency_seconds_count")
+            > commits + 3
+        ),
+        timeout=30,
+        what="commits with __consumer_offsets under-replicated",
+    )
+    print(f"coordinator {before} stopped: committing through the new one after {recovered_s:.1f}s")
+    assert probe.canaries("lost", "group") == 0
+    assert sample(probe.metrics(), "synthetic_sla_group_stable") == 1
