@@ -1102,6 +1102,74 @@ def reconciliation_row() -> list[AnyPanel]:
     ]
 
 
+def group_row() -> list[AnyPanel]:
+    """The group stage's member (docs/consumer-groups.md): its canaries are in the rows
+    above with stage="group"; here, what it lives through as a group member."""
+    commit = "synthetic_sla_group_commit_latency_seconds"
+    return [
+        state_stat(
+            "Group stable",
+            "1 while the group stage's member holds an assignment and no rebalance is under "
+            "way (SyntheticSlaGroupRebalanceStorm, state unstable, after 5 minutes at 0).",
+            query(
+                f"min by (target) ({series('synthetic_sla_group_stable', TARGET)})",
+                "{{target}}",
+                instant=True,
+            ),
+            {0: ("REBALANCING", "red"), 1: ("stable", "green")},
+        )
+        .id(1202)
+        .span(6)
+        .height(5),
+        state_stat(
+            "Group coordinator",
+            "The broker coordinating the group stage's consumer group: a move shows as a "
+            "change of broker (none while the member cannot find one).",
+            query(
+                f"max by (target, broker) ({series('synthetic_sla_group_coordinator', TARGET)})",
+                "{{target}}: broker {{broker}}",
+                instant=True,
+            ),
+            {1: ("coordinating", "green")},
+        )
+        .id(1203)
+        .span(6)
+        .height(5),
+        timeseries(
+            "Offset commit latency",
+            "p50 and p99 of the time the coordinator took to acknowledge the member's "
+            "commits (the commit SLO counts those within group.commit_latency_threshold).",
+            "s",
+            query(quantile(0.5, "target", commit, TARGET), "p50 {{target}}"),
+            query(quantile(0.99, "target", commit, TARGET), "p99 {{target}}"),
+        )
+        .id(1204)
+        .span(12)
+        .height(8),
+        bars(
+            timeseries(
+                "Commit failures and rebalances",
+                "Failed commits per interval by reason, and the member's rebalances (each "
+                "join and sync; a storm opens SyntheticSlaGroupRebalanceStorm).",
+                "short",
+                query(
+                    increase_by(
+                        "target, reason", "synthetic_sla_group_commit_failures_total", TARGET
+                    ),
+                    "{{target}} failed: {{reason}}",
+                ),
+                query(
+                    increase_by("target", "synthetic_sla_group_rebalances_total", TARGET),
+                    "{{target}} rebalances",
+                ),
+            )
+        )
+        .id(1205)
+        .span(12)
+        .height(8),
+    ]
+
+
 def build_dashboard() -> models.Dashboard:
     board = (
         dashboard_builders.Dashboard("Synthetic SLA probe")
@@ -1137,6 +1205,7 @@ def build_dashboard() -> models.Dashboard:
             (row(19, "Spark sink query"), spark_row()),
             (row(101, "Scale: every partition, every broker"), scale_row()),
             (row(901, "Reconciliation"), reconciliation_row()),
+            (row(1201, "Consumer group"), group_row()),
         ],
     )
     model = board.build()

@@ -224,6 +224,7 @@ DURATION_BOUNDS = [
     ("sink.freshness", "10ms", "24h", "30s"),
     ("sink.latency_threshold", "1ms", "1h", "5s"),
     ("sink.allowed_lateness", "1s", "24h", "60s"),
+    ("group.commit_latency_threshold", "1ms", "1m", "500ms"),
 ]
 
 
