@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -146,6 +147,17 @@ class Staging(_Section):
 # --- Faults: one model per kind, `kind` selects it ---------------------------------------
 
 
+def _each_once(what: str) -> AfterValidator:
+    """A list naming each of its items once: ``brokers: [2, 2]`` is a typo."""
+
+    def check(items: tuple[Any, ...]) -> tuple[Any, ...]:
+        if len(set(items)) != len(items):
+            raise ValueError(f"{what} named twice")
+        return items
+
+    return AfterValidator(check)
+
+
 class BrokerStop(_Section):
     """Stop the broker for the fault phase, start it at heal (Tansu: empty storage)."""
 
@@ -224,6 +236,36 @@ class ProducerClockSkew(_Section):
         return offset
 
 
+# The group coordinator's APIs, by name (probe.gameday.faults.coordinator.CoordinatorApi).
+CoordinatorApiName = Literal[
+    "OffsetCommit", "OffsetFetch", "FindCoordinator", "JoinGroup", "Heartbeat", "SyncGroup"
+]
+
+
+class CoordinatorRequests(_Section):
+    """The group coordinator's requests of ``apis`` delayed by ``delay``
+    (``action: delay``) or never forwarded (``action: drop``: the client times out),
+    by the embedded broker's Kafka-aware proxy; Fetch and Produce pass untouched. Only
+    the group stage meets the coordinator: the probe must run it
+    (``stages: [consumer, group]``)."""
+
+    kind: Literal["coordinator-requests"]
+    action: Literal["delay", "drop"] = "delay"
+    apis: Annotated[tuple[CoordinatorApiName, ...], _each_once("an API")] = Field(
+        default=("OffsetCommit",), min_length=1
+    )
+    # How late each request is forwarded; only with action: delay (default 2 s).
+    delay: Duration | None = None
+
+    @model_validator(mode="after")
+    def _delay_fits(self) -> CoordinatorRequests:
+        if self.action == "drop" and self.delay is not None:
+            raise ValueError("fault.delay: only with action: delay (a dropped request never goes)")
+        if self.action == "delay" and self.delay is None:
+            return self.model_copy(update={"delay": 2.0})
+        return self
+
+
 # --- Faults of the Apache Kafka cluster (``broker: apache-kafka``): node ids 1 to 3 ----
 
 BrokerId = Annotated[int, Field(ge=1, le=3)]
@@ -253,14 +295,9 @@ class KafkaBrokersDown(_Section):
     """These brokers stopped (controlled, one after the other), started at heal."""
 
     kind: Literal["kafka-brokers-down"]
-    brokers: tuple[BrokerId, ...] = Field(default=(2, 3), min_length=1, max_length=3)
-
-    @field_validator("brokers")
-    @classmethod
-    def _distinct(cls, brokers: tuple[int, ...]) -> tuple[int, ...]:
-        if len(set(brokers)) != len(brokers):
-            raise ValueError("a broker named twice")
-        return brokers
+    brokers: Annotated[tuple[BrokerId, ...], _each_once("a broker")] = Field(
+        default=(2, 3), min_length=1, max_length=3
+    )
 
 
 class KafkaBrokerBlackhole(_Section):
@@ -333,6 +370,7 @@ Fault = Annotated[
     | ProbeRestart
     | SinkStall
     | ProducerClockSkew
+    | CoordinatorRequests
     | KafkaBrokerStop
     | KafkaRollingRestart
     | KafkaBrokersDown
@@ -501,7 +539,9 @@ def _first_error(error: ValidationError, prefix: tuple[str, ...] = ()) -> Config
     elif first["type"] == "union_tag_not_found":
         message = f"needs a kind: one of {', '.join(sorted(_FAULT_KINDS))}"
     # Model validators of a section report at the section; say which one.
-    if message.startswith(("staging: ", "fault.kind: ", "broker: ", "expect.max_lost: ")):
+    if message.startswith(
+        ("staging: ", "fault.kind: ", "fault.delay: ", "broker: ", "expect.max_lost: ")
+    ):
         field, _, message = message.partition(": ")
     return ConfigError(field, message)
 
@@ -513,6 +553,8 @@ FAULT_BROKERS: dict[str, str] = {
     "broker-data-loss": "embedded",
     # The Kafka-aware proxy of the embedded broker strips the partition's fetches.
     "silent-partition": "embedded",
+    # Likewise, it delays or drops the coordinator's requests.
+    "coordinator-requests": "embedded",
     "kafka-broker-stop": "apache-kafka",
     "kafka-rolling-restart": "apache-kafka",
     "kafka-brokers-down": "apache-kafka",
@@ -547,6 +589,8 @@ def load_scenario(path: Path) -> Scenario:
     config = scenario.probe_config()
     if scenario.fault.kind == "sink-stall" and StageName.SINK not in config.stages:
         raise ConfigError("probe.stages", "fault kind sink-stall needs the sink stage")
+    if scenario.fault.kind == "coordinator-requests" and StageName.GROUP not in config.stages:
+        raise ConfigError("probe.stages", "fault kind coordinator-requests needs the group stage")
     if scenario.fault.kind == "sink-stall" and scenario.sink_process != "probe":
         raise ConfigError("sink_process", "fault kind sink-stall holds the sink in the probe")
     if scenario.sink_process == "own" and StageName.SINK not in config.stages:

@@ -119,6 +119,32 @@ expect:
             "probe: {stages: [consumer, sink]}\n",
             "sink_process: fault kind sink-stall holds the sink in the probe",
         ),
+        (
+            "name: x\nfault: {kind: coordinator-requests}\n",
+            "probe.stages: fault kind coordinator-requests needs the group stage",
+        ),
+        (
+            "name: x\nfault: {kind: coordinator-requests, action: drop, delay: 1s}\n"
+            "probe: {stages: [consumer, group]}\n",
+            "fault.delay: only with action: delay",
+        ),
+        (
+            "name: x\nfault: {kind: coordinator-requests, apis: [Fetch]}\n",
+            "fault.apis.0: Input should be 'OffsetCommit', 'OffsetFetch'",
+        ),
+        (
+            "name: x\nfault: {kind: coordinator-requests, apis: [Heartbeat, Heartbeat]}\n",
+            "fault.apis: an API named twice",
+        ),
+        (
+            "name: x\nfault: {kind: coordinator-requests, action: stall}\n",
+            "fault.action: Input should be 'delay' or 'drop'",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: coordinator-requests}\n"
+            "probe: {stages: [consumer, group]}\n",
+            "fault.kind: coordinator-requests acts on the embedded broker",
+        ),
         # The broker of a local run, and the faults that need one kind of broker.
         (MINIMAL + "broker: kafka\n", "broker: Input should be 'embedded' or 'apache-kafka'"),
         (
@@ -254,3 +280,29 @@ def test_the_faults_of_any_broker_run_on_the_cluster_too(tmp_path: Path, kind: s
         _write(tmp_path, f"name: x\nbroker: apache-kafka\nfault: {{kind: {kind}}}\n")
     )
     assert scenario.fault.kind == kind
+
+
+@pytest.mark.parametrize(
+    ("fault", "settings"),
+    [
+        (
+            "{kind: coordinator-requests}",
+            {"action": "delay", "apis": ("OffsetCommit",), "delay": 2.0},
+        ),
+        (
+            "{kind: coordinator-requests, delay: 500ms, apis: [OffsetCommit, Heartbeat]}",
+            {"action": "delay", "apis": ("OffsetCommit", "Heartbeat"), "delay": 0.5},
+        ),
+        (
+            "{kind: coordinator-requests, action: drop, apis: [FindCoordinator, JoinGroup]}",
+            {"action": "drop", "apis": ("FindCoordinator", "JoinGroup"), "delay": None},
+        ),
+    ],
+)
+def test_the_coordinator_fault_and_its_defaults(
+    tmp_path: Path, fault: str, settings: dict[str, object]
+) -> None:
+    scenario = load_scenario(
+        _write(tmp_path, f"name: x\nprobe: {{stages: [consumer, group]}}\nfault: {fault}\n")
+    )
+    assert scenario.fault.model_dump(exclude={"kind"}) == settings

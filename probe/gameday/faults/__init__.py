@@ -19,6 +19,7 @@ from typing import Any
 from probe.gameday.faults.base import Fault, LocalTargets
 from probe.gameday.faults.broker import BrokerDataLossFault, BrokerStopFault
 from probe.gameday.faults.clock_skew import ProducerClockSkewFault
+from probe.gameday.faults.coordinator import CoordinatorRequestsFault
 from probe.gameday.faults.hostile import HostileRecordsFault
 from probe.gameday.faults.kafka_cluster import (
     KafkaBrokerBlackholeFault,
@@ -46,6 +47,7 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "silent-partition": SilentPartitionFault,
     "sink-stall": SinkStallFault,
     "producer-clock-skew": ProducerClockSkewFault,
+    "coordinator-requests": CoordinatorRequestsFault,
     "kafka-broker-stop": KafkaBrokerStopFault,
     "kafka-rolling-restart": KafkaRollingRestartFault,
     "kafka-brokers-down": KafkaBrokersDownFault,

@@ -8,9 +8,10 @@ The proxy runs its own asyncio loop in a thread; ``set_delay``, ``blackhole`` an
 - pass-through (the default);
 - delay: every chunk read is written ``delay`` seconds later, in order, both ways
   (a slow link: latency, not reduced throughput);
-- with ``kafka=True`` the proxy also follows the Kafka protocol on every connection,
-  so that ``partition_filter`` can strip one partition's records from Fetch
-  responses (``silent_partition``);
+- with ``kafka=True`` the proxy also follows the Kafka protocol on every connection
+  (``kafka_wire``), so that ``partition_filter`` can strip one partition's records
+  from Fetch responses (``silent_partition``) and ``request_hold`` can delay or drop
+  the group coordinator's requests (``coordinator``);
 - blackhole: nothing is read or written and new connections are accepted but never
   dialled upstream, like a network partition where TCP keeps retransmitting: when
   restored, what was held flows again; a client that gave up and reconnected gets a
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING
 
 from probe.embedded import Started, free_loopback_port
 from probe.errors import ProbeError
+from probe.gameday.faults.coordinator import RequestHold
+from probe.gameday.faults.kafka_wire import KafkaWire
 from probe.gameday.faults.silent_partition import FetchStripper, PartitionFilter
 
 if TYPE_CHECKING:
@@ -38,8 +41,13 @@ if TYPE_CHECKING:
 LOOPBACK = "127.0.0.1"
 
 
-def _identity(chunk: bytes) -> bytes:
-    return chunk
+# What a pump forwards of the bytes it read: chunks, each with the seconds it waits
+# beyond the link's delay (a chunk left out is dropped).
+Forward = Callable[[bytes], list[tuple[bytes, float]]]
+
+
+def _as_read(chunk: bytes) -> list[tuple[bytes, float]]:
+    return [(chunk, 0.0)]
 
 
 _CHUNK = 65536
@@ -66,6 +74,8 @@ class TcpProxy(Started):
         self.kafka = kafka
         # Inactive until the silent-partition fault sets its topic and turns it on.
         self.partition_filter = PartitionFilter(topic="", partition=-1)
+        # Inactive until the coordinator fault sets its APIs and turns it on.
+        self.request_hold = RequestHold()
         self._mode = _Mode()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flowing: asyncio.Event | None = None
@@ -174,10 +184,10 @@ class TcpProxy(Started):
             except OSError:
                 return
             self._writers.add(upstream)
-            upstream_bound, client_bound = _identity, _identity
+            upstream_bound: Forward = _as_read
+            client_bound: Forward = _as_read
             if self.kafka:
-                stripper = FetchStripper(self.partition_filter)
-                upstream_bound, client_bound = stripper.from_client, stripper.from_broker
+                upstream_bound, client_bound = self._kafka_connection()
             await asyncio.gather(
                 self._pump(client_reader, upstream, upstream_bound),
                 self._pump(upstream_reader, client, client_bound),
@@ -186,13 +196,33 @@ class TcpProxy(Started):
             self._writers.discard(client)
             client.close()
 
+    def _kafka_connection(self) -> tuple[Forward, Forward]:
+        """One connection's requests through the hold, its responses through the
+        stripper."""
+        wire, stripper, hold = KafkaWire(), FetchStripper(self.partition_filter), self.request_hold
+
+        def requests(chunk: bytes) -> list[tuple[bytes, float]]:
+            forwarded = []
+            for request in wire.requests(chunk):
+                wait = hold.hold(request)
+                if wait is not None:
+                    forwarded.append((request.framed(), wait))
+            return forwarded
+
+        def responses(chunk: bytes) -> list[tuple[bytes, float]]:
+            rewritten = b"".join(stripper.rewrite(r).framed() for r in wire.responses(chunk))
+            return [(rewritten, 0.0)] if rewritten else []
+
+        return requests, responses
+
     async def _pump(
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        transform: Callable[[bytes], bytes],
+        forward: Forward,
     ) -> None:
-        """Copy one direction; a queue keeps order while each chunk waits out its delay."""
+        """Copy one direction; a queue keeps order while each chunk waits out its delay
+        (a chunk behind a held one waits for it, however short its own wait)."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         sender = asyncio.create_task(self._send(queue, writer))
         assert self._flowing is not None
@@ -202,9 +232,9 @@ class TcpProxy(Started):
                 chunk = await reader.read(_CHUNK)
                 if not chunk:
                     break
-                forwarded = transform(chunk)
-                if forwarded:
-                    queue.put_nowait((time.monotonic() + self._mode.delay, forwarded))
+                now = time.monotonic()
+                for forwarded, wait in forward(chunk):
+                    queue.put_nowait((now + self._mode.delay + wait, forwarded))
             await queue.join()
         except (ConnectionError, OSError):
             pass

@@ -1,10 +1,9 @@
 """A silent partition: the broker acknowledges every canary, and one partition's records
 never reach any reader.
 
-The TCP proxy in front of the broker reads the Kafka protocol on each connection: it
-splits both directions into frames (a 4-byte size, then the message), remembers
-each request's API key and version by correlation id, and, while the fault is on,
-rewrites Fetch responses so that the chosen partition's records are empty. The
+The TCP proxy in front of the broker reads the Kafka protocol on each connection
+(``kafka_wire``: frames, and which request each response answers) and, while the
+fault is on, rewrites Fetch responses so that the chosen partition's records are empty. The
 partition's high watermark is left as the broker said: the consumer sees a
 partition that has records it never gets, as with a stuck replica or a consumer
 pinned to a dead leader. Produce requests and their acknowledgements pass untouched.
@@ -16,20 +15,19 @@ need the compact encoding and is passed through unchanged, and counted).
 
 from __future__ import annotations
 
-import struct
 from io import BytesIO
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.protocol import fetch as fetch_protocol
 from aiokafka.protocol.api import Response
 
+from probe.gameday.faults.kafka_wire import Frame
+
 if TYPE_CHECKING:
     from probe.gameday.faults.base import LocalTargets
     from probe.gameday.scenario import SilentPartition
 
 FETCH = 1
-_SIZE = struct.Struct(">i")
-_REQUEST_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
 
 
 def _fetch_responses() -> dict[int, Any]:
@@ -47,7 +45,7 @@ FETCH_RESPONSES = _fetch_responses()
 
 class PartitionFilter:
     """What is stripped: one partition of one topic, while ``active``. Shared by every
-    connection's ``FetchStripper``; flipped from the fault's thread (a bool store is
+    connection of the proxy; flipped from the fault's thread (a bool store is
     atomic, and a frame is rewritten or not as a whole)."""
 
     def __init__(self, topic: str, partition: int) -> None:
@@ -59,53 +57,29 @@ class PartitionFilter:
 
 
 class FetchStripper:
-    """One connection's protocol state: frames in both directions, Fetch rewriting.
-
-    ``from_client`` and ``from_broker`` take the bytes read from each side and return
-    the bytes to forward; an incomplete frame is held until the rest arrives.
-    """
+    """Rewrites Fetch responses by the filter; every connection's responses go through
+    the one stripper of its proxy (it holds no state of its own)."""
 
     def __init__(self, filter_: PartitionFilter) -> None:
         self.filter = filter_
-        self._requests: dict[int, tuple[int, int]] = {}
-        self._from_client = bytearray()
-        self._from_broker = bytearray()
 
-    def from_client(self, chunk: bytes) -> bytes:
-        # Requests are forwarded as they come; only their headers are remembered.
-        self._from_client += chunk
-        for frame in _frames(self._from_client):
-            if len(frame) >= _REQUEST_HEADER.size:
-                api_key, version, correlation_id = _REQUEST_HEADER.unpack_from(frame)
-                self._requests[correlation_id] = (api_key, version)
-        return chunk
-
-    def from_broker(self, chunk: bytes) -> bytes:
-        self._from_broker += chunk
-        out = bytearray()
-        for frame in _frames(self._from_broker):
-            rewritten = self._rewrite(frame)
-            out += _SIZE.pack(len(rewritten)) + rewritten
-        return bytes(out)
-
-    def _rewrite(self, frame: bytes) -> bytes:
-        (correlation_id,) = _SIZE.unpack_from(frame)
-        api_key, version = self._requests.pop(correlation_id, (-1, -1))
-        if api_key != FETCH or not self.filter.active:
-            return frame
-        response = FETCH_RESPONSES.get(version)
-        if response is None:
+    def rewrite(self, response: Frame) -> Frame:
+        if response.api_key != FETCH or not self.filter.active:
+            return response
+        schema = FETCH_RESPONSES.get(response.api_version)
+        if schema is None:
             self.filter.unsupported += 1
-            return frame
-        values = list(response.SCHEMA.decode(BytesIO(frame[4:])))
+            return response
+        frame = response.body
+        values = list(schema.SCHEMA.decode(BytesIO(frame[4:])))
         # Every Fetch response version ends with its topics array; a partition's
         # tuple starts with its id and ends with its records.
         values[-1] = [
             (name, [self._strip(name, partition) for partition in partitions])
             for name, partitions in values[-1]
         ]
-        body: bytes = response.SCHEMA.encode(values)
-        return frame[:4] + body
+        body: bytes = schema.SCHEMA.encode(values)
+        return Frame(response.api_key, response.api_version, frame[:4] + body)
 
     def _strip(self, topic: str, partition: tuple[Any, ...]) -> tuple[Any, ...]:
         if topic != self.filter.topic or partition[0] != self.filter.partition:
@@ -113,18 +87,6 @@ class FetchStripper:
         if partition[-1]:
             self.filter.stripped_batches += 1
         return (*partition[:-1], b"")
-
-
-def _frames(buffer: bytearray) -> list[bytes]:
-    """Complete frames (without their size) taken off the front of the buffer."""
-    frames = []
-    while len(buffer) >= _SIZE.size:
-        (size,) = _SIZE.unpack_from(buffer)
-        if len(buffer) < _SIZE.size + size:
-            break
-        frames.append(bytes(buffer[_SIZE.size : _SIZE.size + size]))
-        del buffer[: _SIZE.size + size]
-    return frames
 
 
 class SilentPartitionFault:
