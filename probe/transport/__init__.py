@@ -190,6 +190,7 @@ class _Kafka:
             config.group.group_id(config.probe_id),
             target=config.target,
             recorder=recorder,
+            fetch_max_wait=config.group.fetch_max_wait,
         )
 
 

@@ -13,8 +13,9 @@ probe), so it is assigned every partition. On its first assignment a partition
 without a committed offset starts at the log's end (``auto_offset_reset=latest``),
 and the rounds wait for that (:meth:`cover`) before producing, so the first canaries
 are read; a partition added to the topic later starts at its beginning, since
-anything in it is new. Offsets are committed in the background after every batch
-handed out, one commit in flight at a time, each timed. After a rebalance the member
+anything in it is new. Offsets are committed in the background at most once a second
+(COMMIT_EVERY_S) while records are handed out, one commit in flight at a time, each
+timed. After a rebalance the member
 fetches from the group's committed offsets: records it had handed out already (their
 commit was lost) are counted as redelivered and not handed out again, as the
 consumer stage never reads a record twice.
@@ -67,6 +68,12 @@ FIRST_JOIN_WAIT_S = 30.0
 # A member out of its group for longer than this (rebalancing, no coordinator) makes
 # the target unready: a rebalance of a few seconds is the group's normal life.
 UNSTABLE_AFTER_S = 15.0
+# Commits start at most this often (a commit in flight delays the next further): what
+# a round hands out is committed within a second, as Kafka's own consumers commit on
+# an interval. Committing after every fetch instead cost the probe 2.8x the CPU of the
+# consumer stage alone at 1,000 partitions (one commit of up to 1,000 offsets every
+# fetch while a round arrived: bench_group_stage).
+COMMIT_EVERY_S = 1.0
 
 _COMMIT_REASONS: tuple[tuple[type[BaseException], CommitFailure], ...] = (
     (TimeoutError, CommitFailure.TIMEOUT),
@@ -157,7 +164,8 @@ class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
 class KafkaGroupReader:
     """Reads the canary topic as a member of consumer group ``group_id``; never writes.
 
-    ``target``: the label its recorder's series carry.
+    ``target``: the label its recorder's series carry; ``fetch_max_wait`` (seconds):
+    group.fetch_max_wait.
     """
 
     messaging_system = "kafka"
@@ -170,6 +178,7 @@ class KafkaGroupReader:
         *,
         target: str,
         recorder: GroupRecorder | None = None,
+        fetch_max_wait: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not config.bootstrap_servers:
@@ -181,12 +190,13 @@ class KafkaGroupReader:
         self._recorder: GroupRecorder = recorder or _Unrecorded()
         self._clock = clock
         self._options = connection_options(config)
+        self._fetch_max_wait = fetch_max_wait
         self._consumer = AIOKafkaConsumer(
             **self._options,
             group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset="latest",
-            fetch_max_wait_ms=int(config.fetch_max_wait * 1000),
+            fetch_max_wait_ms=int(fetch_max_wait * 1000),
         )
         # The offset after the last record handed out, per partition: a record below
         # it came again after a rebalance (its commit was lost).
@@ -361,7 +371,7 @@ class KafkaGroupReader:
 
     async def arrivals(self) -> AsyncIterator[Arrival]:
         failed_at = 0.0
-        settle_s = self._config.fetch_max_wait + 2.0
+        settle_s = self._fetch_max_wait + 2.0
         while True:
             try:
                 batch = await self._consumer.getmany(timeout_ms=1000)
@@ -391,9 +401,10 @@ class KafkaGroupReader:
                     yield Arrival(partition, record.value or b"", at_ns, record.offset, None)
 
     async def _commit_forever(self) -> None:
-        """Commit what was handed out, after every batch, one commit at a time."""
+        """Commit what was handed out, one commit at a time, at most every COMMIT_EVERY_S."""
         while True:
             await self._to_commit.wait()
+            await asyncio.sleep(COMMIT_EVERY_S)  # pacing: whatever arrives meanwhile joins
             self._to_commit.clear()
             offsets = self._uncommitted()
             if not offsets:
