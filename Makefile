@@ -84,6 +84,7 @@ lint: python-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check probe tests benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: python-deps
 	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(VENV)/bin/python $$script || exit 1; done

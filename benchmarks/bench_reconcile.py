@@ -54,10 +54,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from probe.canary import Canary, encode
 from probe.embedded import EmbeddedBroker
 from probe.keys import KeyRing, generate_key_ring
+from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import WindowStatus
 from probe.reconcile.windows import WindowSpec
 from probe.spark.checksum import RecordFormat
-from probe.spark.reconcile import ReconcileJob, ReconcileSettings
 from probe.spark.session import sink_session
 from probe.spark.tables import TABLE_SCHEMAS
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-import probe.spark.submit
+import probe.submit
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.keys import generate_key_ring
 from tests.conftest import http_status, sample, scrape
@@ -91,7 +91,7 @@ def measure(master: str, root: Path, broker: EmbeddedBroker, steady_s: float) ->
     python = sys.executable
     submit = [
         SPARK_SUBMIT, "--master", master, "--driver-java-options", "-Xss4m",
-        "--conf", f"spark.pyspark.python={python}", probe.spark.submit.__file__,
+        "--conf", f"spark.pyspark.python={python}", probe.submit.__file__,
         "--config", str(config), "--signing-key-file", str(keys),
     ]  # fmt: skip
     with _process(producing, root / "run.log", env):

@@ -59,11 +59,11 @@ from probe.config import StageName
 from probe.embedded import EmbeddedBroker
 from probe.judge import Finding, Outcome
 from probe.keys import KeyRing, generate_key_ring
+from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import WindowStatus
 from probe.reconcile.windows import WindowSpec
 from probe.report import Tally, percentile
 from probe.spark.checksum import RecordFormat
-from probe.spark.reconcile import ReconcileJob, ReconcileSettings
 from probe.spark.session import sink_session
 from probe.spark.sink import SinkJob, SinkSettings
 from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST

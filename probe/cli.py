@@ -588,7 +588,7 @@ def reconcile(
     config_file: Path | None, json: bool | None, run_id: str | None, **flags: Any
 ) -> None:
     """Prove every record of the topic reached its table, by count and checksum per
-    window and partition (a Spark batch job; spark-submit: probe/spark/submit.py).
+    window and partition (a Spark batch job; spark-submit: probe/submit.py).
 
     \b
     sla-probe reconcile --bootstrap-servers kafka:9092 --sink-path /data/sla-sink \\
@@ -792,5 +792,5 @@ from probe.gameday.cli import gameday as _gameday  # noqa: E402
 main.add_command(_gameday)
 
 
-if __name__ == "__main__":  # `python -m probe.cli`; spark-submit takes probe/spark/submit.py
+if __name__ == "__main__":  # `python -m probe.cli`; spark-submit takes probe/submit.py
     main()

@@ -1,6 +1,6 @@
 """No module of the package shadows a standard library module.
 
-spark-submit runs ``probe/spark/submit.py`` as a script, with its directory first on
+spark-submit runs ``probe/submit.py`` as a script, with its directory first on
 ``sys.path``; a module there named like a standard one (``operator``, ``http``)
 would be imported in its place by everything that follows.
 """

@@ -23,7 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from probe.embedded import free_loopback_port
 from probe.gameday.inhibition import documented_inhibit_rules
-from probe.metrics import ProbeMetrics, ReconcileMetrics
+from probe.metrics import ProbeMetrics
+from probe.reconcile.metrics import ReconcileMetrics
 from probe.report import Tally
 from probe.smoke_push import smoke_registry
 from tests.conftest import wait_for

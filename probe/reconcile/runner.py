@@ -1,7 +1,7 @@
 """`sla-probe reconcile`, the command around the Spark job: once with an exit code, or
 every ``reconcile.every`` as a service with /metrics, /healthz and /readyz.
 
-One run: plan and compare on Spark (:mod:`probe.spark.reconcile`), append the report
+One run: plan and compare on Spark (:mod:`probe.reconcile.job`), append the report
 table (:mod:`probe.reconcile.report_table`), count the metrics, print the table or
 JSON. Exit codes of a single run (probe.reconcile.outcome.EXIT_CODES): 0 records were
 compared and every verifiable window is complete, 1 a mismatch (or no comparison
@@ -38,14 +38,15 @@ from pyspark.sql import SparkSession
 from probe.config import KafkaConfig, ProbeConfig, require_for_reconcile
 from probe.endpoints import MetricsServer, build_app
 from probe.errors import ConfigError, ReconcileFailed, TransportError
-from probe.metrics import ReconcileMetrics, probe_version
+from probe.metrics import probe_version
+from probe.reconcile.job import ReconcileJob, ReconcileSettings
+from probe.reconcile.metrics import ReconcileMetrics
 from probe.reconcile.outcome import Reconciliation, Verdict, WindowStatus
 from probe.reconcile.render import as_json, iso_time, render_table
 from probe.reconcile.report_table import RUN_ID, write_report
 from probe.reconcile.windows import WindowSpec
 from probe.signals import stop_on_signals
 from probe.spark.checksum import RecordFormat
-from probe.spark.reconcile import ReconcileJob, ReconcileSettings
 from probe.spark.session import sink_session, starts_own_jvm
 from probe.spark.stage import writable_spark_output
 from probe.status_board import StatusView, refresh_every

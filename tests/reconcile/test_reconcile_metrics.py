@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from probe.metrics import ReconcileMetrics
+from probe.reconcile.metrics import ReconcileMetrics
 from probe.reconcile.outcome import Reconciliation, Samples, Tally, WindowResult
 from probe.reconcile.windows import Window
 from tests.conftest import parse_samples, sample

@@ -29,18 +29,18 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import NewTopic as AdminTopic
 from pyspark.sql import SparkSession
 
-import probe.spark.submit
+import probe.submit
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.cli import main
 from probe.config import load
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.errors import ConfigError
 from probe.judge import Outcome
+from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import WindowStatus
 from probe.reconcile.windows import WindowSpec
 from probe.spark.checksum import RecordFormat
 from probe.spark.kafka_connector import batch_options, client_options, stream_options
-from probe.spark.reconcile import ReconcileJob, ReconcileSettings
 from probe.spark.session import connector_conf
 from probe.spark.stage import kafka_client_options
 from probe.spark_kafka.jars import ENV, jar_paths, package_coordinate, session_jars
@@ -522,7 +522,7 @@ def test_under_spark_submit_without_the_jars_the_sink_exits_2_saying_so(
     config = tmp_path / "sink.yaml"
     _sink_config(config, broker, topic, tmp_path / "sink")
     done = subprocess.run(
-        [SPARK_SUBMIT, "--master", "local[1]", probe.spark.submit.__file__,
+        [SPARK_SUBMIT, "--master", "local[1]", probe.submit.__file__,
          "--config", str(config), "--signing-key-file", str(key_file)],
         capture_output=True, text=True, timeout=180, check=False,
         env={**_env(), "PYSPARK_DRIVER_PYTHON": sys.executable},
@@ -558,7 +558,7 @@ def test_on_a_standalone_cluster_the_executors_read_with_the_jars_spark_submit_w
          "--driver-java-options", "-Xss4m",
          "--conf", f"spark.pyspark.python={python}",
          "--jars", ",".join(map(str, jars)),
-         probe.spark.submit.__file__,
+         probe.submit.__file__,
          "--config", str(config), "--signing-key-file", str(key_file)],
         stdout=log.open("wb"), stderr=subprocess.STDOUT,
         env={**_env(), "PYSPARK_DRIVER_PYTHON": python},

@@ -17,7 +17,7 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-import probe.spark.submit
+import probe.submit
 from probe.canary import Canary, encode
 from probe.embedded import EmbeddedBroker
 from probe.keys import generate_key_ring
@@ -87,7 +87,7 @@ def test_reconcile_submitted_to_a_standalone_cluster_names_what_is_missing(
     result = subprocess.run(
         [SPARK_SUBMIT, "--master", spark_cluster.master_url,
          "--conf", f"spark.pyspark.python={python}",
-         probe.spark.submit.__file__,
+         probe.submit.__file__,
          "reconcile", "--config", str(config), "--signing-key-file", str(key_file),
          "--run-id", "on-the-cluster", "--json"],
         stdout=subprocess.PIPE, stderr=log.open("wb"),

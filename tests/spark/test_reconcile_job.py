@@ -19,11 +19,11 @@ from pyspark.sql import SparkSession
 
 from probe.embedded import EmbeddedBroker
 from probe.errors import ConfigError, ReconcileFailed
+from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import Reconciliation, WindowStatus
 from probe.reconcile.windows import WindowSpec
 from probe.spark.checksum import RecordFormat
 from probe.spark.kafka_source import TopicOffsets
-from probe.spark.reconcile import ReconcileJob, ReconcileSettings
 from tests.conftest import SLA_PROBE, until, wait_for
 from tests.spark.test_kafka_source import _create, _produce
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-import probe.spark.submit
+import probe.submit
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from tests.conftest import RunningProbe, http_status, run_args, sample, scrape, wait_for
 from tests.spark.cluster import SparkCluster
@@ -57,7 +57,7 @@ def test_the_sink_on_a_standalone_cluster_survives_a_lost_executor(  # noqa: PLR
         [SPARK_SUBMIT, "--master", spark_cluster.master_url,
          "--driver-java-options", "-Xss4m",
          "--conf", f"spark.pyspark.python={python}",
-         probe.spark.submit.__file__,
+         probe.submit.__file__,
          "--config", str(config), "--signing-key-file", str(key_file)],
         stdout=log.open("wb"), stderr=subprocess.STDOUT,
         env={**os.environ, "PYSPARK_DRIVER_PYTHON": python},

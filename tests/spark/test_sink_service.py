@@ -17,7 +17,7 @@ import yaml
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-import probe.spark.submit
+import probe.submit
 from probe.config import load
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.keys import generate_key_ring
@@ -167,7 +167,7 @@ def test_the_standalone_sink_runs_under_spark_submit(
     # spark-submit starts the driver with PYSPARK_PYTHON: this interpreter, with `probe`.
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     sink = subprocess.Popen(
-        [SPARK_SUBMIT, "--master", "local[2]", probe.spark.submit.__file__,
+        [SPARK_SUBMIT, "--master", "local[2]", probe.submit.__file__,
          "--config", str(config), "--signing-key-file", str(key_file)],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip

@@ -4,10 +4,10 @@ or ``sla-probe reconcile`` when the first of them is ``reconcile``.
 spark-submit runs a Python *file*, not a console script or a module::
 
     spark-submit --master spark://spark:7077 \\
-      $(python -c 'import probe.spark.submit as m; print(m.__file__)') \\
+      $(python -c 'import probe.submit as m; print(m.__file__)') \\
       --config sink.yaml --signing-key-file keys.json
     spark-submit --master spark://spark:7077 \\
-      $(python -c 'import probe.spark.submit as m; print(m.__file__)') \\
+      $(python -c 'import probe.submit as m; print(m.__file__)') \\
       reconcile --config sink.yaml --signing-key-file keys.json
 
 A file run as a script has its own directory first on ``sys.path``, where the
