@@ -57,8 +57,8 @@ from probe.leadership import LeaderPlan
 from probe.partition_summary import partitions_summary, ranges_summary
 from probe.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
-from probe.transport.kafka_client import connection_options
-from probe.transport.kafka_connect_errors import diagnose
+from probe.transport.kafka_client import connection_options, reason_for
+from probe.transport.kafka_connect_errors import start_or_say_why
 from probe.transport.kafka_denials import denial
 from probe.transport.kafka_leaders import (
     PARTITIONS_PER_REQUEST,
@@ -82,10 +82,7 @@ _PRODUCE_REASONS: tuple[tuple[type[BaseException], ProduceFailure], ...] = (
 
 
 def produce_failure_reason(exc: BaseException) -> ProduceFailure:
-    for kind, reason in _PRODUCE_REASONS:
-        if isinstance(exc, kind):
-            return reason
-    return ProduceFailure.OTHER
+    return reason_for(exc, _PRODUCE_REASONS, ProduceFailure.OTHER)
 
 
 # An idempotent producer whose state the partition's leader no longer has: a leader
@@ -216,22 +213,11 @@ class KafkaTransport:
             ) from None
 
     async def start(self) -> None:
-        try:
+        async def clients() -> None:
             await self._start_producer()
             await self._consumer.start()
-        except TransportError:
-            await self.close()
-            raise
-        except KafkaConnectionError as exc:
-            # "Unable to bootstrap": aiokafka dropped the cause; a connection of the
-            # probe's own finds it (kafka_connect_errors).
-            await self.close()
-            raise (await diagnose(self._config, self._options, exc)).error() from exc
-        except KafkaError as exc:
-            await self.close()
-            raise TransportError(
-                f"cannot connect to {self._config.bootstrap_servers}: {exc}"
-            ) from exc
+
+        await start_or_say_why(clients, self.close, self._config, self._options)
         self._started = True
 
     async def _renewed_producer(self) -> None:

@@ -5,7 +5,8 @@ and SASL, from the ``kafka`` section."""
 from __future__ import annotations
 
 import ssl
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from aiokafka.helpers import create_ssl_context
 
@@ -66,3 +67,21 @@ def _unusable(path: object, error: Exception) -> str:
         return f"{path}: no such file"
     detail = getattr(error, "reason", None) or getattr(error, "strerror", None) or str(error)
     return f"{path}: cannot be used ({detail})"
+
+
+Reason = TypeVar("Reason")
+
+
+def reason_for(
+    exc: BaseException, reasons: Sequence[tuple[type[BaseException], Reason]], other: Reason
+) -> Reason:
+    """The reason label of the first exception type in ``reasons`` that ``exc`` is,
+    else ``other``: a client's exceptions mapped to a small, stable set of labels.
+
+    >>> reason_for(TimeoutError(), [(OSError, "io"), (TimeoutError, "timeout")], "other")
+    'io'
+    """
+    for kind, reason in reasons:
+        if isinstance(exc, kind):
+            return reason
+    return other

@@ -26,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import ssl
 import struct
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
     AuthenticationFailedError,
     IllegalSaslStateError,
+    KafkaConnectionError,
     KafkaError,
     SaslAuthenticationFailed,
     UnsupportedSaslMechanismError,
@@ -154,6 +155,28 @@ async def _sasl_problem(
         return None
     connection.close()
     return None
+
+
+async def start_or_say_why(
+    start: Callable[[], Awaitable[None]],
+    close: Callable[[], Awaitable[None]],
+    config: KafkaConfig,
+    options: Mapping[str, Any],
+) -> None:
+    """Start a transport's clients (``start``); on failure close them and raise a
+    TransportError that says why: aiokafka's "Unable to bootstrap" diagnosed by a
+    connection of the probe's own (:func:`diagnose`), any other Kafka error named."""
+    try:
+        await start()
+    except TransportError:
+        await close()
+        raise
+    except KafkaConnectionError as exc:
+        await close()
+        raise (await diagnose(config, options, exc)).error() from exc
+    except KafkaError as exc:
+        await close()
+        raise TransportError(f"cannot connect to {config.bootstrap_servers}: {exc}") from exc
 
 
 async def diagnose(

@@ -53,8 +53,8 @@ from probe.leadership import LeaderPlan
 from probe.partition_summary import partitions_summary
 from probe.replicas import TopicReplicas
 from probe.transport import Arrival
-from probe.transport.kafka_client import connection_options
-from probe.transport.kafka_connect_errors import diagnose
+from probe.transport.kafka_client import connection_options, reason_for
+from probe.transport.kafka_connect_errors import start_or_say_why
 from probe.transport.kafka_denials import denial
 
 log = logging.getLogger(__name__)
@@ -99,10 +99,7 @@ def commit_failure_reason(exc: BaseException) -> CommitFailure:
     >>> commit_failure_reason(ValueError())
     <CommitFailure.ERROR: 'error'>
     """
-    for kind, reason in _COMMIT_REASONS:
-        if isinstance(exc, kind):
-            return reason
-    return CommitFailure.ERROR
+    return reason_for(exc, _COMMIT_REASONS, CommitFailure.ERROR)
 
 
 class GroupRecorder(Protocol):
@@ -276,16 +273,7 @@ class KafkaGroupReader:
     # -- Transport -------------------------------------------------------------------
 
     async def start(self) -> None:
-        try:
-            await self._consumer.start()
-        except KafkaConnectionError as exc:
-            await self.close()
-            raise (await diagnose(self._config, self._options, exc)).error() from exc
-        except KafkaError as exc:
-            await self.close()
-            raise TransportError(
-                f"cannot connect to {self._config.bootstrap_servers}: {exc}"
-            ) from exc
+        await start_or_say_why(self._consumer.start, self.close, self._config, self._options)
         self._unstable_since = self._clock()
         self._consumer.subscribe([self._topic], listener=_Rebalances(self))
         self._committer = asyncio.create_task(self._commit_forever(), name="group commits")
