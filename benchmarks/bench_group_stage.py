@@ -2,8 +2,8 @@
 how long its group takes to move to a new coordinator.
 
 Run: ``python benchmarks/bench_group_stage.py [--broker apache-kafka|embedded]
-[--partitions 3,1000] [--interval 20] [--window SECONDS]`` (``apache-kafka`` needs
-``make kafka``).
+[--partitions 3,1000] [--interval 20] [--window SECONDS] [--group-fetch-max-wait 0.5]``
+(``apache-kafka`` needs ``make kafka``).
 
 For each partition count, on a fresh broker with the topic created beforehand, two
 runs of what a user runs, one after the other, each for the window after its first
@@ -90,12 +90,17 @@ class Running:
 
 
 @contextlib.contextmanager
-def probe(servers: str, stages: str, interval: float, log: Path) -> Iterator[Running]:
+def probe(
+    servers: str, stages: str, interval: float, log: Path, fetch_max_wait: float
+) -> Iterator[Running]:
     port = free_loopback_port()
+    config = log.with_suffix(".yaml")
+    config.write_text(f"group:\n  fetch_max_wait: {fetch_max_wait}\n")
     command = [
         str(SLA_PROBE), "run", "--bootstrap-servers", servers, "--topic", TOPIC,
         "--no-create-topic", "--interval", f"{interval:g}s", "--stages", stages,
         "--metrics-port", str(port), "--allow-ephemeral-key", "--probe-id", "bench-group",
+        "--config", str(config),
     ]  # fmt: skip
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
@@ -240,9 +245,13 @@ def main() -> None:
     parser.add_argument("--partitions", default="3,1000")
     parser.add_argument("--interval", type=float, default=20.0)
     parser.add_argument("--window", type=float, default=120.0)
+    parser.add_argument(
+        "--group-fetch-max-wait", type=float, default=0.5, help="group.fetch_max_wait, seconds"
+    )
     args = parser.parse_args()
     print(f"{platform.node()}: {os.cpu_count()} cores, {args.broker}, interval "
-          f"{args.interval:g}s, window {args.window:g}s")  # fmt: skip
+          f"{args.interval:g}s, window {args.window:g}s, group.fetch_max_wait "
+          f"{args.group_fetch_max_wait:g}s")  # fmt: skip
     counts = [int(n) for n in args.partitions.split(",")]
     for partitions in counts:
         with fresh_broker(args.broker) as (broker, cluster), tempfile.TemporaryDirectory() as logs:
@@ -251,7 +260,9 @@ def main() -> None:
             rows = {}
             for stages in ("consumer", "consumer,group"):
                 log = Path(logs) / f"{stages}.log"
-                with probe(broker.bootstrap_servers, stages, args.interval, log) as running:
+                with probe(
+                    broker.bootstrap_servers, stages, args.interval, log, args.group_fetch_max_wait
+                ) as running:
                     rows[stages] = measure(running, stages, partitions, args.interval, args.window)
                     show(stages, rows[stages])
                     last = partitions == counts[-1] and stages.endswith("group")

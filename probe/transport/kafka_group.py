@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 # member has its positions would be skipped by the reset to the log's end. A group
 # that cannot be joined at all must not hold the target's other stages back.
 FIRST_JOIN_WAIT_S = 30.0
+# The member's request timeout, at least (see __init__): Kafka's own consumers wait
+# 30 s for a request, and longer for a JoinGroup.
+JOIN_TIMEOUT_MS = 30_000
 # A member out of its group for longer than this (rebalancing, no coordinator) makes
 # the target unready: a rebalance of a few seconds is the group's normal life.
 UNSTABLE_AFTER_S = 15.0
@@ -152,7 +155,7 @@ class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
         self._reader = reader
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        self._reader._revoked()
+        await self._reader._revoked()
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         await self._reader._assigned_now({tp.partition for tp in assigned})
@@ -175,7 +178,7 @@ class KafkaGroupReader:
         *,
         target: str,
         recorder: GroupRecorder | None = None,
-        fetch_max_wait: float = 0.5,
+        fetch_max_wait: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not config.bootstrap_servers:
@@ -186,7 +189,14 @@ class KafkaGroupReader:
         self._target = target
         self._recorder: GroupRecorder = recorder or _Unrecorded()
         self._clock = clock
-        self._options = connection_options(config)
+        # A JoinGroup is answered only once the group's rebalance completes: the
+        # embedded broker holds a first one 5 s, Apache Kafka for
+        # group.initial.rebalance.delay.ms (3 s) or until every member rejoined. A
+        # request timeout of the send timeout (seconds) would time every join out,
+        # forever; commits keep the send timeout as their own deadline (_commit).
+        options = connection_options(config)
+        options["request_timeout_ms"] = max(options["request_timeout_ms"], JOIN_TIMEOUT_MS)
+        self._options = options
         self._fetch_max_wait = fetch_max_wait
         self._consumer = AIOKafkaConsumer(
             **self._options,
@@ -214,11 +224,15 @@ class KafkaGroupReader:
 
     # -- the group's life ------------------------------------------------------------
 
-    def _revoked(self) -> None:
+    async def _revoked(self) -> None:
         if self._unstable_since is None:
             self._unstable_since = self._clock()
         self._assigned_event.clear()
         self._recorder.set_stable(self._target, False)
+        # What was handed out is committed before the partitions go, as Kafka's own
+        # consumers do in onPartitionsRevoked: whoever gets them next starts there.
+        if offsets := self._uncommitted():
+            await self._commit(offsets)
 
     async def _assigned_now(self, partitions: set[int]) -> None:
         now = self._clock()
@@ -228,11 +242,11 @@ class KafkaGroupReader:
             await self._start_new_partitions(partitions - self._ever_assigned)
         self._first_assignment_done = True
         self._ever_assigned |= partitions
-        # Partitions taken away are forgotten: another member (after a rebalance of a
-        # shared group) may have moved on, and their next assignment starts from the
-        # group's committed offset.
+        # A partition taken away keeps its position: should it come back from a
+        # committed offset behind it (a commit lost in the rebalance), the records
+        # between were handed out already and are not handed out again. Its last
+        # commit is forgotten, since another member may have committed since.
         for gone in self._assignment - partitions:
-            self._positions.pop(gone, None)
             self._committed.pop(gone, None)
         self._assignment = frozenset(partitions)
         self._awaiting_first_record_since = now
@@ -394,24 +408,26 @@ class KafkaGroupReader:
             await self._to_commit.wait()
             await asyncio.sleep(COMMIT_EVERY_S)  # pacing: whatever arrives meanwhile joins
             self._to_commit.clear()
-            offsets = self._uncommitted()
-            if not offsets:
-                continue
-            began = self._clock()
-            try:
-                async with asyncio.timeout(self._config.send_timeout):
-                    await self._consumer.commit(offsets)
-            except (KafkaError, TimeoutError) as exc:
-                reason = commit_failure_reason(exc)
-                self._recorder.commit_failed(self._target, reason)
-                self._note_commit_problem(f"commits failing ({reason}): {exc or 'timeout'}")
-                # The next batch commits again, with every offset still uncommitted.
-                continue
-            self._recorder.committed(self._target, self._clock() - began)
-            self._note_commit_problem(None)
-            for tp, meta in offsets.items():
-                self._committed[tp.partition] = meta.offset
-            self._recorder.coordinated_by(self._target, self._coordinator())
+            if offsets := self._uncommitted():
+                await self._commit(offsets)
+
+    async def _commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """One commit, timed; a failure is counted with its reason, and the next commit
+        carries every offset still uncommitted."""
+        began = self._clock()
+        try:
+            async with asyncio.timeout(self._config.send_timeout):
+                await self._consumer.commit(offsets)
+        except (KafkaError, TimeoutError) as exc:
+            reason = commit_failure_reason(exc)
+            self._recorder.commit_failed(self._target, reason)
+            self._note_commit_problem(f"commits failing ({reason}): {exc or 'timeout'}")
+            return
+        self._recorder.committed(self._target, self._clock() - began)
+        self._note_commit_problem(None)
+        for tp, meta in offsets.items():
+            self._committed[tp.partition] = meta.offset
+        self._recorder.coordinated_by(self._target, self._coordinator())
 
     def _uncommitted(self) -> dict[TopicPartition, OffsetAndMetadata]:
         """The positions of assigned partitions that moved since their last commit."""

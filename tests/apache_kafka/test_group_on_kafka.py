@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from confluent_kafka import Consumer
+
 from probe.apache_kafka.cluster import KafkaCluster
 from tests.apache_kafka.kafka_admin import (
     committed_offsets,
@@ -142,3 +144,56 @@ def test_the_member_follows_its_group_to_a_new_coordinator_losing_nothing(
     print(f"coordinator {before} stopped: committing through the new one after {recovered_s:.1f}s")
     assert probe.canaries("lost", "group") == 0
     assert sample(probe.metrics(), "synthetic_sla_group_stable") == 1
+
+
+def test_two_probes_keep_a_group_each_and_ride_out_a_rebalance_losing_nothing(
+    kafka_cluster: KafkaCluster,
+    topic: str,
+    tmp_path: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    """Two probes on one topic, each in a group of its own (the default): a member that
+    joins one probe's group and leaves without committing makes that group rebalance
+    twice; the probe reads on from its committed offsets, nothing lost, nothing judged
+    twice, and the other probe's group never notices."""
+    servers = kafka_cluster.bootstrap_servers
+
+    def probe_args(probe_id: str) -> list[str]:
+        args = run_args(servers, topic, None)
+        at = args.index("--probe-id")
+        args[at + 1] = probe_id
+        return [*args, "--allow-ephemeral-key", "--stages", "consumer,group"]
+
+    first, second = start_probe(*probe_args("probe-a")), start_probe(*probe_args("probe-b"))
+    for probe in (first, second):
+        wait_for(lambda p=probe: p.canaries("delivered", "group") >= 9, timeout=60,
+                 what="rounds delivered at each probe's group stage")  # fmt: skip
+    assert describe_group(servers, "synthetic-sla-probe.probe-a").members == 1
+    assert describe_group(servers, "synthetic-sla-probe.probe-b").members == 1
+
+    def rebalances(probe: RunningProbe) -> float:
+        return sample(probe.metrics(), "synthetic_sla_group_rebalances_total")
+
+    before_first, before_second = rebalances(first), rebalances(second)
+    intruder = Consumer({
+        "bootstrap.servers": servers, "group.id": "synthetic-sla-probe.probe-a",
+        "enable.auto.commit": False, "session.timeout.ms": 6000,
+    })  # fmt: skip
+    intruder.subscribe([topic])
+    deadline = time.monotonic() + 60
+    while not intruder.assignment() and time.monotonic() < deadline:
+        intruder.poll(0.2)  # joins the group: the probe's member gives up partitions
+    assert intruder.assignment(), "the intruder joined probe-a's group"
+    intruder.close()  # leaves without a commit: the partitions go back to the probe
+
+    wait_for(lambda: rebalances(first) >= before_first + 2, timeout=60,
+             what="probe-a's member rebalanced as the intruder came and went")  # fmt: skip
+    wait_for(lambda: sample(first.metrics(), "synthetic_sla_group_stable") == 1, timeout=60,
+             what="probe-a's group stable again")  # fmt: skip
+    delivered = first.canaries("delivered", "group")
+    wait_for(lambda: first.canaries("delivered", "group") >= delivered + 9, timeout=60,
+             what="probe-a's group stage delivering again")  # fmt: skip
+    for probe in (first, second):
+        assert probe.canaries("lost", "group") == 0
+        assert sample(probe.metrics(), "synthetic_sla_duplicates_total", stage="group") == 0
+    assert rebalances(second) == before_second  # the other probe's group never noticed
