@@ -242,6 +242,7 @@ class LocalEnvironment(Started):
             probe_id=PROBE_ID,
             cluster=self.cluster,
             broker_proxies=self.broker_proxies,
+            group_id=self.config.group.id,
         )
 
     @property

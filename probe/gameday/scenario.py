@@ -271,6 +271,21 @@ class CoordinatorRequests(_Section):
         return self
 
 
+class GroupMemberFlapping(_Section):
+    """An extra member joins the probe's consumer group (the group stage's: its
+    ``group.id`` or the derived one) on the canary topic, is assigned partitions, and
+    leaves again, never committing: two rebalances every ``period``, until healed. The
+    probe must run the group stage (``stages: [consumer, group]``)."""
+
+    kind: Literal["group-member-flapping"]
+    # From one join to the next; a join slower than this is followed by the next at once.
+    # A rebalance does not compress: the embedded broker holds every JoinGroup about
+    # 5 s. At 10 s the extra member joined again before the probe's member had its
+    # partitions back from the last leave, and held half of them, unread, through the
+    # whole fault (measured: every group canary on them lost).
+    period: Duration = 10.0
+
+
 # --- Faults of the Apache Kafka cluster (``broker: apache-kafka``): node ids 1 to 3 ----
 
 BrokerId = Annotated[int, Field(ge=1, le=3)]
@@ -376,6 +391,7 @@ Fault = Annotated[
     | SinkStall
     | ProducerClockSkew
     | CoordinatorRequests
+    | GroupMemberFlapping
     | KafkaBrokerStop
     | KafkaRollingRestart
     | KafkaBrokersDown
@@ -570,6 +586,8 @@ FAULT_BROKERS: dict[str, str] = {
 }
 _BROKER_NAMES = {"embedded": "embedded broker", "apache-kafka": "Apache Kafka cluster"}
 _RESTARTS_PROBE = {"probe-restart", "producer-clock-skew"}
+# The fault kinds only a consumer-group member meets: the group stage must run.
+_NEEDS_GROUP_STAGE = {"coordinator-requests", "group-member-flapping"}
 
 _FAULT_KINDS = {
     get_args(model.model_fields["kind"].annotation)[0] for model in get_args(get_args(Fault)[0])
@@ -594,8 +612,8 @@ def load_scenario(path: Path) -> Scenario:
     config = scenario.probe_config()
     if scenario.fault.kind == "sink-stall" and StageName.SINK not in config.stages:
         raise ConfigError("probe.stages", "fault kind sink-stall needs the sink stage")
-    if scenario.fault.kind == "coordinator-requests" and StageName.GROUP not in config.stages:
-        raise ConfigError("probe.stages", "fault kind coordinator-requests needs the group stage")
+    if scenario.fault.kind in _NEEDS_GROUP_STAGE and StageName.GROUP not in config.stages:
+        raise ConfigError("probe.stages", f"fault kind {scenario.fault.kind} needs the group stage")
     if scenario.fault.kind == "sink-stall" and scenario.sink_process != "probe":
         raise ConfigError("sink_process", "fault kind sink-stall holds the sink in the probe")
     if scenario.sink_process == "own" and StageName.SINK not in config.stages:

@@ -124,6 +124,15 @@ expect:
             "probe.stages: fault kind coordinator-requests needs the group stage",
         ),
         (
+            "name: x\nfault: {kind: group-member-flapping}\n",
+            "probe.stages: fault kind group-member-flapping needs the group stage",
+        ),
+        (
+            "name: x\nprobe: {stages: [consumer, group]}\n"
+            "fault: {kind: group-member-flapping, period: 0s}\n",
+            "fault.period: must be > 0",
+        ),
+        (
             "name: x\nfault: {kind: coordinator-requests, action: drop, delay: 1s}\n"
             "probe: {stages: [consumer, group]}\n",
             "fault.delay: only with action: delay",
@@ -297,9 +306,11 @@ def test_the_faults_of_any_broker_run_on_the_cluster_too(tmp_path: Path, kind: s
             "{kind: coordinator-requests, action: drop, apis: [FindCoordinator, JoinGroup]}",
             {"action": "drop", "apis": ("FindCoordinator", "JoinGroup"), "delay": None},
         ),
+        ("{kind: group-member-flapping}", {"period": 10.0}),
+        ("{kind: group-member-flapping, period: 2s}", {"period": 2.0}),
     ],
 )
-def test_the_coordinator_fault_and_its_defaults(
+def test_the_group_faults_and_their_defaults(
     tmp_path: Path, fault: str, settings: dict[str, object]
 ) -> None:
     scenario = load_scenario(

@@ -20,6 +20,7 @@ from probe.gameday.faults.base import Fault, LocalTargets
 from probe.gameday.faults.broker import BrokerDataLossFault, BrokerStopFault
 from probe.gameday.faults.clock_skew import ProducerClockSkewFault
 from probe.gameday.faults.coordinator import CoordinatorRequestsFault
+from probe.gameday.faults.group_member import GroupMemberFlappingFault
 from probe.gameday.faults.hostile import HostileRecordsFault
 from probe.gameday.faults.kafka_cluster import (
     KafkaBrokerBlackholeFault,
@@ -48,6 +49,7 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "sink-stall": SinkStallFault,
     "producer-clock-skew": ProducerClockSkewFault,
     "coordinator-requests": CoordinatorRequestsFault,
+    "group-member-flapping": GroupMemberFlappingFault,
     "kafka-broker-stop": KafkaBrokerStopFault,
     "kafka-rolling-restart": KafkaRollingRestartFault,
     "kafka-brokers-down": KafkaBrokersDownFault,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from probe.config import GroupConfig
 from probe.errors import ProbeError
 
 if TYPE_CHECKING:
@@ -64,6 +65,12 @@ class LocalTargets:
     # Node id -> the proxy in front of that node's client listener, which the node
     # advertises: cutting one off cuts the probe off from that broker only.
     broker_proxies: Mapping[int, TcpProxy] = field(default_factory=dict)
+    # The probe's group.id (its group stage's group); None: the one it derives.
+    group_id: str | None = None
+
+    def probe_group_id(self) -> str:
+        """The consumer group the probe's group stage is a member of."""
+        return GroupConfig(id=self.group_id).group_id(self.probe_id)
 
     @property
     def proxies(self) -> list[TcpProxy]:
