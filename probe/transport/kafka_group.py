@@ -221,6 +221,7 @@ class KafkaGroupReader:
         self._assigned_event = asyncio.Event()
         self._problem: str | None = None
         self._commit_problem: str | None = None
+        self._held_elsewhere = False
 
     # -- the group's life ------------------------------------------------------------
 
@@ -325,34 +326,50 @@ class KafkaGroupReader:
 
     async def cover(self, partitions: Sequence[int]) -> None:
         """Return once the member is assigned every partition and knows where it reads
-        each (committed offset, or the reset), so a canary sent now is read.
+        each (committed offset, or the reset), so a canary sent now is read; or once it
+        is clear that the group gave some of them to another member.
 
-        Waits at most half the send timeout: a group that takes longer to rebalance
-        leaves the round's canaries to be judged as the group path served them.
+        Waits at most half the send timeout, and never fails the round: a group that
+        rebalances, has no coordinator, or hands partitions to a member that does not
+        read them is the group path as real consumers live it, and the round's canaries
+        are judged as it serves them (late, lost; the rebalance alerts). A member out of
+        its group for long is a read problem (:meth:`read_problem`).
         """
         within = self._config.send_timeout / 2
         wanted = set(partitions)
         try:
             async with asyncio.timeout(within):
-                while not (self._assigned_event.is_set() and wanted <= self._assignment):
-                    if not self._assigned_event.is_set():
-                        await self._assigned_event.wait()
-                        continue
+                await self._assigned_event.wait()
+                while not wanted <= self._assignment:
+                    known = set(self._consumer.partitions_for_topic(self._topic) or ())
+                    if wanted <= known:
+                        break  # known to the group, assigned to another member
                     # The topic grew: the group rebalances once the member's metadata
                     # shows the new partitions (aiokafka's private client refreshes it).
                     await self._consumer._client.force_metadata_update()
                     await asyncio.sleep(0.2)
-                for partition in partitions:
+                    await self._assigned_event.wait()
+                for partition in sorted(wanted & self._assignment):
                     await self._consumer.position(TopicPartition(self._topic, partition))
-        except TimeoutError:
-            missing = sorted(wanted - self._assignment)
-            raise TransportError(
-                f"group {self._group_id}: "
-                + (f"not assigned {partitions_summary(missing)}" if missing else "no positions")
-                + f" within {within:g}s (the group is rebalancing or has no coordinator)"
-            ) from None
-        except KafkaError as exc:
-            raise TransportError(f"group {self._group_id}: {exc}") from exc
+        except (TimeoutError, KafkaError) as exc:
+            log.debug("group %s: cover: %r", self._group_id, exc)
+        self._note_held_elsewhere(sorted(wanted - self._assignment))
+
+    def _note_held_elsewhere(self, missing: list[int]) -> None:
+        """One line when partitions the probe writes to are not the member's, one when
+        they all are again."""
+        if missing and not self._held_elsewhere:
+            log.warning(
+                "group %s: %s not assigned to the probe's member (a rebalance, or another "
+                "member in its group): their canaries wait for it",
+                self._group_id,
+                partitions_summary(missing),
+            )
+        elif not missing and self._held_elsewhere:
+            log.info(
+                "group %s: every partition assigned to the probe's member again", self._group_id
+            )
+        self._held_elsewhere = bool(missing)
 
     def destination(self, partition: int) -> str:
         return self._topic
