@@ -8,23 +8,19 @@ import asyncio
 import struct
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from probe.embedded import free_loopback_port
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets
 from probe.gameday.faults.coordinator import CoordinatorApi, RequestHold
 from probe.gameday.faults.kafka_wire import UNKNOWN_API, Frame, KafkaWire
-from probe.gameday.faults.proxy import TcpProxy
 from probe.gameday.faults.topic import write_records
-from probe.gameday.local import ProxiedBroker
 from probe.gameday.scenario import CoordinatorApiName, CoordinatorRequests
 
 # Every API a member sends its coordinator: with all of them dropped it is cut off.
@@ -69,24 +65,6 @@ def test_the_hold_delays_or_drops_its_apis_only_while_active() -> None:
     hold.delay = None
     assert (hold.hold(commit), hold.hold(fetch)) == (None, 0.0)
     assert (hold.delayed, hold.dropped) == (1, 1)
-
-
-@pytest.fixture
-def targets(tmp_path: Path) -> Iterator[LocalTargets]:
-    proxy_port = free_loopback_port()
-    with (
-        ProxiedBroker(proxy_port, log_file=tmp_path / "tansu.log") as broker,
-        TcpProxy(broker.port, port=proxy_port, kafka=True) as proxy,
-    ):
-        yield LocalTargets(
-            broker,
-            proxy,
-            None,  # type: ignore[arg-type]  # no probe: the fault never touches it
-            f"group-{uuid.uuid4().hex[:8]}",
-            3,
-            tmp_path / "k",
-            "p",
-        )
 
 
 @asynccontextmanager

@@ -6,39 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 
-from probe.embedded import free_loopback_port
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets
 from probe.gameday.faults.group_member import GroupMemberFlappingFault
-from probe.gameday.faults.proxy import TcpProxy
 from probe.gameday.faults.topic import write_records
-from probe.gameday.local import ProxiedBroker
 from probe.gameday.scenario import GroupMemberFlapping
-
-
-@pytest.fixture
-def targets(tmp_path: Path) -> Iterator[LocalTargets]:
-    proxy_port = free_loopback_port()
-    with (
-        ProxiedBroker(proxy_port, log_file=tmp_path / "tansu.log") as broker,
-        TcpProxy(broker.port, port=proxy_port, kafka=True) as proxy,
-    ):
-        yield LocalTargets(
-            broker,
-            proxy,
-            None,  # type: ignore[arg-type]  # no probe: the fault never touches it
-            f"flap-{uuid.uuid4().hex[:8]}",
-            3,
-            tmp_path / "k",
-            f"p-{uuid.uuid4().hex[:8]}",
-        )
 
 
 def test_the_group_id_is_the_probes_own_or_the_derived_one(targets: LocalTargets) -> None:
