@@ -19,7 +19,7 @@ DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mos
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test setup system-deps python-deps demo-deps uv kafka spark-kafka junit-schema \
-  sloth lint bench lock rules slo-specs dashboard gameday detection-table clean
+  sloth lint docs bench lock rules slo-specs dashboard gameday detection-table clean
 
 demo: demo-deps
 	$(VENV)/bin/sla-probe once --embedded --stages consumer,sink
@@ -85,6 +85,12 @@ lint: python-deps
 	$(VENV)/bin/ruff format --check probe tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	$(MAKE) --no-print-directory docs
+
+# The docs as a site in .site/ (MkDocs, config in docs/.mkdocs/): --strict, so a link to
+# a page or an anchor that does not exist fails the build, and `make lint` with it.
+docs: python-deps
+	$(VENV)/bin/mkdocs build --strict --quiet -f docs/.mkdocs/mkdocs.yml
 
 bench: python-deps
 	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(VENV)/bin/python $$script || exit 1; done
