@@ -472,17 +472,28 @@ def test_service_keeps_scraping_a_not_ready_probe() -> None:
 
 
 def test_network_policy_admits_scrapes_and_reaches_brokers_only() -> None:
-    manifests = render(VALUE_SETS["all-features"])
+    features = VALUE_SETS["all-features"]
+    manifests = render(
+        {
+            **features,
+            "config": {**features["config"], "reconcile": {"table": "s3a://sla-probe/table"}},
+            "reconcile": {"enabled": True},
+            "smokeTest": {"enabled": True, "pushGateway": {"url": "http://pushgateway:9091"}},
+        }
+    )
     policy = only(manifests, "NetworkPolicy")["spec"]
-    # It covers the probes and the Spark sink, each selected by exactly these labels.
+    # It covers every pod of the release that reaches the brokers, the one-shot ones
+    # too (under a default-deny, a pod it leaves out reaches nothing): the selector
+    # matches each pod template the chart renders, and nothing else.
     selector = policy["podSelector"]
     (components_in,) = selector["matchExpressions"]
     assert components_in["key"] == "app.kubernetes.io/component"
     assert components_in["operator"] == "In"
-    for which in ("probe", "sink"):
-        labels = only(manifests, "Deployment", which)["spec"]["template"]["metadata"]["labels"]
-        assert set(selector["matchLabels"].items()) <= set(labels.items())
-        assert labels["app.kubernetes.io/component"] in components_in["values"]
+    pods = _pod_labels(manifests)
+    assert {"probe", "sink", "reconcile", "smoke-test", "helm-test"} <= set(pods)
+    for component, labels in pods.items():
+        assert set(selector["matchLabels"].items()) <= set(labels.items()), component
+        assert component in components_in["values"]
     (ingress,) = policy["ingress"]
     assert ingress["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert ingress["from"][0]["namespaceSelector"]["matchLabels"] == {
@@ -492,6 +503,24 @@ def test_network_policy_admits_scrapes_and_reaches_brokers_only() -> None:
     assert {p["port"] for p in dns["ports"]} == {53}
     assert brokers["ports"] == [{"port": 9093, "protocol": "TCP"}]
     assert object_store["ports"] == [{"port": 443, "protocol": "TCP"}]  # extraEgress
+
+
+def _pod_labels(manifests: list[Manifest]) -> dict[str, dict[str, str]]:
+    """Every pod the chart renders, a Deployment's, a CronJob's, the `helm test` Pod,
+    by its component label."""
+    pods: dict[str, dict[str, str]] = {}
+    for manifest in manifests:
+        spec = manifest.get("spec") or {}
+        if manifest["kind"] == "Pod":
+            labels = manifest["metadata"]["labels"]
+        elif manifest["kind"] == "Deployment":
+            labels = spec["template"]["metadata"]["labels"]
+        elif manifest["kind"] == "CronJob":
+            labels = spec["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+        else:
+            continue
+        pods[labels["app.kubernetes.io/component"]] = labels
+    return pods
 
 
 # -- the probe's config and keys ------------------------------------------------------------
