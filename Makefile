@@ -19,7 +19,7 @@ DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mos
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test setup system-deps python-deps demo-deps uv kafka spark-kafka junit-schema \
-  sloth lint docs bench lock rules slo-specs dashboard gameday detection-table clean
+  sloth lint docs bench lock rules slo-specs dashboard reference gameday detection-table clean
 
 demo: demo-deps
 	$(VENV)/bin/sla-probe once --embedded --stages consumer,sink
@@ -113,6 +113,11 @@ slo-specs: python-deps
 # code, charts/dashboard.py (grafana-foundation-sdk, a dev dependency).
 dashboard: python-deps
 	$(VENV)/bin/python charts/dashboard.py
+
+# Re-generate the reference pages (docs/reference/: settings, metrics, commands) from the
+# code, docs/reference/generate.py; tests/test_reference_docs.py fails when they are stale.
+reference: python-deps
+	$(VENV)/bin/python docs/reference/generate.py
 
 # Every local game-day scenario, the slow ones too, each held to its `expect:` (`make test`
 # runs broker-stop and kafka-rolling-restart end to end: tests/gameday/test_gameday_cli.py).
