@@ -77,6 +77,15 @@ class ConfigOption(click.Option):
                 return value
         return super().resolve_envvar_value(ctx)
 
+    def value_from_envvar(self, ctx: click.Context) -> Any:
+        value = super().value_from_envvar(ctx)
+        if self.is_flag and self.flag_value is False and value is not None:
+            # A negative flag (--no-create-topic): its variable says whether the flag is
+            # given, as for any flag, so SLA_PROBE_NO_CREATE_TOPIC=true turns creation
+            # off. Click would hand on the variable's truth as the setting's value.
+            return False if click.BOOL.convert(value, self, ctx) else None
+        return value
+
 
 def _option(flag: str, path: str | None, help_text: str, **kwargs: Any) -> Callable[[F], F]:
     """A flag that overrides config field ``path``, also read from SLA_PROBE_<FLAG>.

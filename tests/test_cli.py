@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from probe import cli
 from tests.conftest import SLA_PROBE
 
 # A config error is found before any broker is contacted: well within this.
@@ -269,3 +270,19 @@ def test_once_help_lists_every_exit_code() -> None:
     assert "Exit codes:" in text
     for code in ("0 every canary delivered", "1 SLO failed", "2 usage or configuration error"):
         assert code in text
+
+
+@pytest.mark.parametrize(("value", "managed"), [("true", False), ("1", False), ("false", True)])
+def test_a_negative_flags_variable_says_whether_the_flag_is_given(
+    value: str, managed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SLA_PROBE_NO_CREATE_TOPIC=true is --no-create-topic (creation off), as any flag's
+    variable is the flag; click would have taken its truth for the setting's value."""
+    monkeypatch.setenv("SLA_PROBE_NO_CREATE_TOPIC", value)
+    monkeypatch.setenv("SLA_PROBE_NO_MOVE_LEADERS", value)
+    command = cli.main.commands["once"]  # type: ignore[attr-defined]
+    with command.make_context("once", ["--bootstrap-servers", "kafka-0:9092"]) as ctx:
+        flags = {k: v for k, v in ctx.params.items() if k not in {"config_file", "json", "junit"}}
+        config = cli._load(None, flags)
+    assert config.kafka.create_topic is managed
+    assert config.kafka.move_leaders is managed
