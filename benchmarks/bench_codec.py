@@ -17,8 +17,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from probe.canary import Canary, decode, encode
-from probe.keys import generate_key_ring
+from probe.core.canary import Canary, decode, encode
+from probe.core.keys import generate_key_ring
 
 TARGET_PER_SECOND = 50_000
 # A realistic record: typical id lengths and a W3C traceparent.

@@ -46,11 +46,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from probe import tracing
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.config import StageName, load
+from probe.core.judge import Finding
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.judge import Finding
-from probe.keys import generate_key_ring
-from probe.report import Tally
-from probe.target import TargetProbe
+from probe.services.report import Tally
+from probe.stages.target import TargetProbe
 
 TARGET_MS = 1.0
 PARTITIONS = 3

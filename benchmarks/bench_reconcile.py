@@ -51,9 +51,9 @@ import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from probe.canary import Canary, encode
+from probe.core.canary import Canary, encode
+from probe.core.keys import KeyRing, generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.keys import KeyRing, generate_key_ring
 from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import WindowStatus
 from probe.reconcile.windows import WindowSpec

@@ -64,18 +64,18 @@ from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from probe import tracing
-from probe.canary import Canary, encode
 from probe.config import StageName, load
+from probe.core.canary import Canary, encode
+from probe.core.judge import Fate, Finding, Outcome
+from probe.core.keys import KeyRing, generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.judge import Fate, Finding, Outcome
-from probe.keys import KeyRing, generate_key_ring
-from probe.once import OwnCanaries
-from probe.report import StageTally, Tally, percentile
+from probe.services.once import OwnCanaries
+from probe.services.report import StageTally, Tally, percentile
 from probe.spark.health import SparkHealth, parse_spark_time
 from probe.spark.session import sink_session
 from probe.spark.sink import SinkJob
 from probe.spark.stage import SparkSinkStage, sink_settings
-from probe.target import TargetProbe
+from probe.stages.target import TargetProbe
 
 MASTER = "local[2]"
 BACKLOG_PARTITIONS = 4

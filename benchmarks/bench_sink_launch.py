@@ -33,8 +33,8 @@ from pathlib import Path
 import yaml
 
 import probe.submit
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.keys import generate_key_ring
 from tests.conftest import http_status, sample, scrape
 from tests.spark.cluster import standalone_cluster
 

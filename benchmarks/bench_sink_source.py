@@ -54,15 +54,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from probe.apache_kafka.cluster import KafkaCluster
-from probe.canary import Canary, encode
 from probe.config import StageName
+from probe.core.canary import Canary, encode
+from probe.core.judge import Finding, Outcome
+from probe.core.keys import KeyRing, generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.judge import Finding, Outcome
-from probe.keys import KeyRing, generate_key_ring
 from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import WindowStatus
 from probe.reconcile.windows import WindowSpec
-from probe.report import Tally, percentile
+from probe.services.report import Tally, percentile
 from probe.spark.checksum import RecordFormat
 from probe.spark.session import sink_session
 from probe.spark.sink import SinkJob, SinkSettings

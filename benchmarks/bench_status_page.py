@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 
 from probe.config import load
+from probe.core.judge import Fate, Judge, JudgePolicy, Outcome, OwnProbe, StreamKey
 from probe.endpoints import exposition
-from probe.judge import Fate, Judge, JudgePolicy, Outcome, OwnProbe, StreamKey
 from probe.metrics import service_metrics
 from probe.status_board import Objectives, StatusBoard, StatusView
 from probe.status_page import render
@@ -85,7 +85,7 @@ def main() -> None:
         board.count("kafka", "consumer", failed)
         clock[0] += 60 * 10**9
     # Staleness: every partition fresh but a few hundred silent for minutes.
-    from probe.canary import Canary  # noqa: PLC0415 - only to age the streams
+    from probe.core.canary import Canary  # noqa: PLC0415 - only to age the streams
 
     for p in range(n):
         produced = now_ns - (600 * 10**9 if p % 37 == 0 else 3 * 10**9)

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 
 from probe import tracing
 from probe.config import load
+from probe.core.errors import RejectReason
+from probe.core.judge import Fate, Finding
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.errors import RejectReason
-from probe.judge import Fate, Finding
-from probe.keys import generate_key_ring
-from probe.target import TargetProbe
+from probe.stages.target import TargetProbe
 
 WARMUP_ROUNDS = 3
 

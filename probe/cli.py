@@ -28,14 +28,14 @@ import click
 from probe import config as config_module
 from probe import logs, loop, tracing
 from probe.config import ProbeConfig, StageName
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
+from probe.core.keys import generate_key_ring, random_kid, random_secret
 from probe.keyfile import (
     KeyRingSource,
     create_key_file,
     read_key_file,
     replace_key_file,
 )
-from probe.keys import generate_key_ring, random_kid, random_secret
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -329,7 +329,7 @@ def _keyring(
 def _install_tracing(config: ProbeConfig) -> None:
     """Tracing by the OTEL_* environment, with this probe's id and targets as its
     resource (ConfigError for an exporter setting it cannot use)."""
-    from probe.target import target_name  # noqa: PLC0415 - keep `--help` fast
+    from probe.stages.target import target_name  # noqa: PLC0415 - keep `--help` fast
 
     targets = [target_name(config, kind) for kind in config.targets]
     tracing.install_tracer_provider(config.probe_id, targets)
@@ -398,7 +398,7 @@ def once(config_file: Path | None, json: bool | None, junit: Path | None, **flag
       2  usage or configuration error: one line on stderr naming the setting
       130, 143  stopped by SIGINT or SIGTERM before it could report
     """
-    from probe.once import run_once  # noqa: PLC0415 - keep `--help` fast
+    from probe.services.once import run_once  # noqa: PLC0415 - keep `--help` fast
 
     try:
         config = _load(config_file, flags)
@@ -441,7 +441,7 @@ def run(config_file: Path | None, **flags: Any) -> None:
     Exits 2 with one line on stderr for a configuration error, including a metrics
     port already in use or a metrics host that does not resolve.
     """
-    from probe.service import serve  # noqa: PLC0415 - keep `--help` fast
+    from probe.services.run import serve  # noqa: PLC0415 - keep `--help` fast
 
     try:
         config = _load(config_file, flags)
@@ -457,7 +457,8 @@ def run(config_file: Path | None, **flags: Any) -> None:
     try:
         loop.run(serve(config, keyring))
     except ConfigError as error:
-        # Found only when the service starts: the metrics port or host (probe/endpoints.py).
+        # Found only when the service starts: the metrics port or host
+        # (probe/endpoints.py).
         _fail_config(error)
     finally:
         tracing.shutdown()

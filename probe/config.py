@@ -3,7 +3,7 @@
 Settings come from three layers, later ones winning: the YAML file (``--config``),
 ``SLA_PROBE_<FLAG>`` environment variables, and command-line flags. The CLI turns
 the last two into dotted overrides (``{"kafka.send_timeout": "5s"}``) and calls
-:func:`load`; every problem surfaces as one :class:`~probe.errors.ConfigError` whose
+:func:`load`; every problem surfaces as one :class:`~probe.core.errors.ConfigError` whose
 field is the path in the YAML file, e.g. ``kafka.send_timeout: not a duration``.
 
 Durations are written ``500ms``, ``20s``, ``1m30s``, ``2h`` or as plain seconds, and
@@ -38,9 +38,9 @@ from pydantic import (
     field_validator,
 )
 
-from probe.canary import MAX_STRING_BYTES, Canary, encode
-from probe.errors import ConfigError
-from probe.keys import MAX_KID_CHARS, MIN_SECRET_BYTES, KeyRing
+from probe.core.canary import MAX_STRING_BYTES, Canary, encode
+from probe.core.errors import ConfigError
+from probe.core.keys import MAX_KID_CHARS, MIN_SECRET_BYTES, KeyRing
 from probe.validation import first_problem
 from probe.web_config import read_web_config
 
@@ -336,7 +336,7 @@ class KafkaConfig(_Section):
     fetch_max_wait: Annotated[Duration, _between(0.001, 10.0)] = 0.1
     # Topic management (the default, as in every probe of its kind): create (and
     # re-create) the topic if missing, and keep a canary partition led by every broker
-    # (probe.leadership). False where the probe must not administer topics.
+    # (probe.core.leadership). False where the probe must not administer topics.
     create_topic: bool = True
     # Part of topic management: move the canary topic's leaders (partition reassignment,
     # preferred leader elections) so that every broker leads a canary partition and is

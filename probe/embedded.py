@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from probe.errors import TransportError
+from probe.core.errors import TransportError
 from probe.signals import interrupts_deferred
 
 

@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
 from probe.metrics import RenderedGauge
 from probe.status_page import StatusSnapshot, render
 from probe.web_config import (

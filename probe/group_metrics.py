@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from probe.errors import CommitFailure
+from probe.core.errors import CommitFailure
 
 # Rebalances take from a few ms (one member, no initial delay) to the session timeout
 # and beyond (a coordinator that moved, members that left without a word).

@@ -1,6 +1,6 @@
 """The key file on disk: read it, write it atomically, and follow it while running.
 
-``probe.keys`` is the pure key ring; this is its shell. A running ``sla-probe run``
+``probe.core.keys`` is the pure key ring; this is its shell. A running ``sla-probe run``
 holds one :class:`KeyRingSource`, the single owner of "the current ring": the
 producer signs and the stages verify with ``source.ring`` at the moment they use it,
 so a reload reaches all of them at once.
@@ -37,8 +37,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.errors import ConfigError
-from probe.keys import KeyRing, generate_key_ring, random_kid
+from probe.core.errors import ConfigError
+from probe.core.keys import KeyRing, generate_key_ring, random_kid
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ def _sync_directory(directory: Path) -> None:
 class KeyRingSource:
     """The probe's current key ring, and the key file it comes from (if any).
 
-    Users read ``.ring`` each time they sign or verify (see ``probe.keys.KeySource``).
+    Users read ``.ring`` each time they sign or verify (see ``probe.core.keys.KeySource``).
     The swap is one attribute assignment on the event loop's thread, so a round
     signs every canary with one ring or the other, and nothing needs a lock.
 

@@ -43,10 +43,10 @@ from prometheus_client.utils import floatToGoString
 
 from probe import tracing
 from probe.config import ProbeConfig, StageName
-from probe.errors import ConnectFailure, ProduceFailure, RejectReason
+from probe.core.errors import ConnectFailure, ProduceFailure, RejectReason
+from probe.core.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
+from probe.core.replicas import TopicReplicas, partition_problems, replica_health
 from probe.group_metrics import GroupMetrics
-from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
-from probe.replicas import TopicReplicas, partition_problems, replica_health
 from probe.status_page import SinkBatchProgress
 
 # The metrics a canary's fate counts on (see ProbeMetrics._fate_child).
@@ -283,7 +283,7 @@ class ReplicaCollector(Collector):
     says: every partition (all), those in replica trouble or stale in some stage now
     (stale: as the staleness collector says), or none.
     ``synthetic_sla_partition_replica_problem``: each troubled partition, once, under
-    its worst problem (see probe.replicas.partition_problems); none with ``none``.
+    its worst problem (see probe.core.replicas.partition_problems); none with ``none``.
     """
 
     def __init__(self, staleness: StalenessCollector, partition_series: PartitionSeries) -> None:

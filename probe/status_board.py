@@ -1,6 +1,6 @@
 """What the status page shows, recorded as the stages judge: bounded, whatever the scale.
 
-:class:`StatusBoard` is one more recorder beside the metrics (probe.stage.Recorder):
+:class:`StatusBoard` is one more recorder beside the metrics (probe.stages.stage.Recorder):
 every stage hands it the same findings it hands the Prometheus adapter, so the page
 and the counters can never disagree on what a verdict was. It keeps, per target and
 stage:
@@ -47,8 +47,8 @@ from typing import TypeVar
 
 from probe import tracing
 from probe.config import ProbeConfig, StageName
-from probe.errors import RejectReason
-from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Outcome
+from probe.core.errors import RejectReason
+from probe.core.judge import Anomaly, AnomalyKind, Fate, Finding, Outcome
 from probe.metrics import StageSource
 from probe.status_page import (
     WORST_PARTITIONS,
@@ -183,7 +183,7 @@ _Failure = tuple[int, str, str, Fate | Anomaly | RejectReason]
 
 
 class StatusBoard:
-    """The status page's memory of verdicts; a Recorder (probe.stage).
+    """The status page's memory of verdicts; a Recorder (probe.stages.stage).
 
     >>> board = StatusBoard(interval_s=20, objectives=Objectives(), clock_ns=lambda: 0)
     >>> metrics_and_board = [metrics, board]  # doctest: +SKIP

@@ -72,7 +72,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from probe.apache_kafka.cluster import KafkaCluster
+from probe.core.errors import ConnectFailed
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.errors import ConnectFailed
-from probe.keys import generate_key_ring
 from probe.transport import Transport
 from tests.mosquitto import Mosquitto
 

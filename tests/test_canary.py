@@ -10,9 +10,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from probe.canary import FORMAT_VERSION, MAGIC, MAX_STRING_BYTES, Canary, decode, encode
-from probe.errors import CanaryRejected, RejectReason
-from probe.keys import KeyRing
+from probe.core.canary import FORMAT_VERSION, MAGIC, MAX_STRING_BYTES, Canary, decode, encode
+from probe.core.errors import CanaryRejected, RejectReason
+from probe.core.keys import KeyRing
 
 SECRET = b"0123456789abcdef"
 RING = KeyRing({"k1": SECRET}, active="k1")

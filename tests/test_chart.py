@@ -35,7 +35,7 @@ import yaml
 from kubernetes_validate.utils import latest_version
 
 from probe import config as probe_config
-from probe.keys import KeyRing
+from probe.core.keys import KeyRing
 from tests.conftest import once_report
 
 ROOT = Path(__file__).resolve().parent.parent

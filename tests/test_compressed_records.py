@@ -21,14 +21,14 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from confluent_kafka import Producer
 
-from probe.canary import Canary, encode
 from probe.config import ProbeConfig, StageName, load
+from probe.core.canary import Canary, encode
+from probe.core.errors import RejectReason
+from probe.core.judge import Fate, Finding
+from probe.core.keys import KeyRing, generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.errors import RejectReason
-from probe.judge import Fate, Finding
-from probe.keys import KeyRing, generate_key_ring
-from probe.report import Tally
-from probe.target import TargetProbe
+from probe.services.report import Tally
+from probe.stages.target import TargetProbe
 from tests.conftest import until
 from tests.mosquitto import Mosquitto
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from probe.canary import Canary, decode, encode
 from probe.config import ProbeConfig, load, parse_duration
-from probe.errors import ConfigError
-from probe.keys import KeyRing, generate_key_ring
+from probe.core.canary import Canary, decode, encode
+from probe.core.errors import ConfigError
+from probe.core.keys import KeyRing, generate_key_ring
 from tests.conftest import SLA_PROBE
 
 

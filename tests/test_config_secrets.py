@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from probe.config import ProbeConfig, load
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
 from tests.test_cli import assert_config_error, sla_probe
 
 SECRET = "pa55-w0rd-not-for-logs"

@@ -12,8 +12,8 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from probe.config import GroupConfig, load
+from probe.core.errors import CommitFailure, ConfigError
 from probe.embedded import EmbeddedBroker
-from probe.errors import CommitFailure, ConfigError
 from probe.transport import Arrival
 from probe.transport.kafka_group import KafkaGroupReader
 from tests.conftest import SLA_PROBE, target_report

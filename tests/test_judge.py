@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probe.canary import Canary
-from probe.judge import (
+from probe.core.canary import Canary
+from probe.core.judge import (
     READ_AT_KEPT,
     Anomaly,
     AnomalyKind,
@@ -30,7 +30,7 @@ from probe.judge import (
     StreamKey,
     StreamState,
 )
-from probe.judge_memory import DecidedRuns
+from probe.core.judge_memory import DecidedRuns
 
 PROBE = "probe-a"
 INC = 1_000

@@ -11,9 +11,9 @@ from collections import OrderedDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probe.canary import Canary
-from probe.judge import READ_AT_KEPT, Judge, JudgePolicy, StreamKey
-from probe.judge_memory import ArrivedRing, DecidedRuns
+from probe.core.canary import Canary
+from probe.core.judge import READ_AT_KEPT, Judge, JudgePolicy, StreamKey
+from probe.core.judge_memory import ArrivedRing, DecidedRuns
 
 INCARNATIONS = (5, 9)
 SEQS = st.integers(min_value=0, max_value=40)

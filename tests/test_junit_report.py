@@ -9,10 +9,10 @@ from pathlib import Path
 import xmlschema
 from junitparser import Error, Failure, JUnitXml
 
+from probe.core.judge import Outcome
 from probe.embedded import free_loopback_port
-from probe.judge import Outcome
-from probe.junit_report import junit_xml
-from probe.report import FAILING_PARTITIONS_LISTED, Report, StageTally, Tally
+from probe.services.junit_report import junit_xml
+from probe.services.report import FAILING_PARTITIONS_LISTED, Report, StageTally, Tally
 from tests.conftest import SLA_PROBE
 from tests.junit_schema import schema_path
 

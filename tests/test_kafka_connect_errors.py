@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from probe.errors import ConnectFailure
+from probe.core.errors import ConnectFailure
 from probe.transport.connect_errors import KAFKA, MQTT, answered_tls, certificate_problem
 from probe.transport.kafka_connect_errors import answered_kafka, first_address
 

@@ -12,11 +12,11 @@ import asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from probe.config import load
+from probe.core.keys import generate_key_ring
+from probe.core.leadership import LeaderPlan, Reassignment, plan_leaders
 from probe.embedded import EmbeddedBroker
-from probe.keys import generate_key_ring
-from probe.leadership import LeaderPlan, Reassignment, plan_leaders
-from probe.report import Tally
-from probe.target import TargetProbe
+from probe.services.report import Tally
+from probe.stages.target import TargetProbe
 from probe.transport.kafka_leaders import carry_out, growth_steps, partitions_by_problem
 
 

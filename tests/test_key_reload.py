@@ -12,9 +12,9 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from probe.core.keys import KeyRing, generate_key_ring
 from probe.embedded import EmbeddedBroker
 from probe.keyfile import read_key_file
-from probe.keys import KeyRing, generate_key_ring
 from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, wait_for
 
 PARTITIONS = (0, 1, 2)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
+from probe.core.keys import KeyRing
 from probe.keyfile import (
     MAX_KEY_FILE_BYTES,
     KeyRingSource,
@@ -23,7 +24,6 @@ from probe.keyfile import (
     read_key_file,
     replace_key_file,
 )
-from probe.keys import KeyRing
 
 OLD = KeyRing({"k1": b"1" * 32}, active="k1")
 BOTH = KeyRing({"k1": b"1" * 32, "k2": b"2" * 32}, active="k1")
@@ -332,7 +332,7 @@ def test_look_follows_links_to_the_file(tmp_path: Path) -> None:
 
 def test_users_reading_ring_at_use_see_the_new_ring(tmp_path: Path) -> None:
     """The producer and the stages read `.ring` each time: one swap reaches both."""
-    from probe.canary import Canary, decode, encode  # noqa: PLC0415
+    from probe.core.canary import Canary, decode, encode  # noqa: PLC0415
 
     source, path = _source(tmp_path, BOTH)
     canary = Canary("p", 1, "kafka", 0, 0, 1)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from probe.canary import Canary, decode, encode
 from probe.cli import main
+from probe.core.canary import Canary, decode, encode
+from probe.core.keys import KeyRing
 from probe.keyfile import read_key_file
-from probe.keys import KeyRing
 
 
 def _keygen(*args: str) -> Result:

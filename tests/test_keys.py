@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from probe.canary import Canary, decode, encode
-from probe.errors import CanaryRejected, ConfigError, RejectReason
-from probe.keys import KeyRing, generate_key_ring
+from probe.core.canary import Canary, decode, encode
+from probe.core.errors import CanaryRejected, ConfigError, RejectReason
+from probe.core.keys import KeyRing, generate_key_ring
 
 OLD = b"old-secret-0123456789"
 NEW = b"new-secret-9876543210"

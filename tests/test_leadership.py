@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from probe.leadership import LeaderKeeper, LeaderPlan, Reassignment, plan_leaders
-from probe.replicas import PartitionReplicas, TopicReplicas, replica_health
+from probe.core.leadership import LeaderKeeper, LeaderPlan, Reassignment, plan_leaders
+from probe.core.replicas import PartitionReplicas, TopicReplicas, replica_health
 from tests.test_replicas import recorded_topic
 
 

@@ -15,12 +15,13 @@ from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 
-from probe.canary import Canary
 from probe.config import load
+from probe.core.canary import Canary
+from probe.core.errors import ConfigError, ProduceFailure, RejectReason
+from probe.core.judge import Fate, Judge, JudgePolicy, Outcome, OwnProbe, StreamKey
+from probe.core.replicas import PartitionReplicas, TopicReplicas
 from probe.embedded import EmbeddedBroker
 from probe.endpoints import MetricsServer, build_app, exposition
-from probe.errors import ConfigError, ProduceFailure, RejectReason
-from probe.judge import Fate, Judge, JudgePolicy, Outcome, OwnProbe, StreamKey
 from probe.metrics import (
     PartitionSeries,
     ProbeMetrics,
@@ -28,7 +29,6 @@ from probe.metrics import (
     service_metrics,
     stale_after,
 )
-from probe.replicas import PartitionReplicas, TopicReplicas
 from tests.conftest import RunningProbe, Samples, parse_samples, run_args, sample, wait_for
 from tests.test_replicas import recorded_topic
 

@@ -16,14 +16,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from probe import tracing
-from probe.canary import Canary, decode, encode
 from probe.config import ProbeConfig, StageName, load
-from probe.errors import TransportError
-from probe.judge import Outcome
-from probe.keys import generate_key_ring
+from probe.core.canary import Canary, decode, encode
+from probe.core.errors import TransportError
+from probe.core.judge import Outcome
+from probe.core.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
-from probe.report import Tally
-from probe.target import TargetProbe
+from probe.services.report import Tally
+from probe.stages.target import TargetProbe
 from tests.conftest import until
 from tests.mosquitto import CuttingProxy, Mosquitto, make_tls_files
 
@@ -191,7 +191,7 @@ async def test_credentials(
         **{"mqtt.username": "probe", "mqtt.password": "wrong-password"},
     )
     probe = TargetProbe(wrong, generate_key_ring(), [Tally("mqtt")], kind="mqtt")
-    caplog.set_level(logging.WARNING, logger="probe.target")
+    caplog.set_level(logging.WARNING, logger="probe.stages.target")
     with pytest.raises(TransportError) as refused:
         await probe.connect(give_up_after=1.0)
     # Mosquitto 2.0 answers a wrong password with "Not authorized" (MQTT 5 code 0x87).

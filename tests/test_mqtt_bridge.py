@@ -21,12 +21,12 @@ from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from probe.config import ProbeConfig, StageName, load
+from probe.core.errors import RejectReason
+from probe.core.judge import Fate, Finding, Outcome
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.errors import RejectReason
-from probe.judge import Fate, Finding, Outcome
-from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
-from probe.target import TargetProbe
+from probe.stages.target import TargetProbe
 from tests.conftest import KafkaBrokers, until
 from tests.mosquitto import Mosquitto
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from probe.config import load, parse_mqtt_url
-from probe.errors import ConfigError
-from probe.judge import Fate, Outcome, StreamKey
-from probe.report import Report, Tally
+from probe.core.errors import ConfigError
+from probe.core.judge import Fate, Outcome, StreamKey
+from probe.services.report import Report, Tally
 
 URL = {"mqtt.url": "mqtt://broker:1883"}
 BRIDGE = {**URL, "mqtt.bridge.topic": "edge", "kafka.bootstrap_servers": "k:9092"}

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from probe.config import ProbeConfig, load
+from probe.core.errors import ConnectFailed, ConnectFailure
 from probe.embedded import free_loopback_port
-from probe.errors import ConnectFailed, ConnectFailure
 from probe.transport.mqtt import MqttTransport
 from tests.conftest import SLA_PROBE, failure_to_start, target_report
 from tests.mosquitto import Mosquitto, TlsFiles, make_tls_files

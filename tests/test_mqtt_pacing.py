@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 import pytest
 
 from probe.config import load
-from probe.errors import ConfigError
-from probe.judge import OwnProbe
-from probe.keys import generate_key_ring
-from probe.producer import CanaryProducer
+from probe.core.errors import ConfigError
+from probe.core.judge import OwnProbe
+from probe.core.keys import generate_key_ring
+from probe.stages.producer import CanaryProducer
 from probe.transport import Arrival
 
 

@@ -6,8 +6,8 @@ import doctest
 
 import pytest
 
-import probe.partition_summary as summary_module
-from probe.partition_summary import offsets_summary, partitions_summary, ranges_summary
+import probe.core.partition_summary as summary_module
+from probe.core.partition_summary import offsets_summary, partitions_summary, ranges_summary
 
 
 def test_the_module_examples_hold() -> None:

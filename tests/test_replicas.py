@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from aiokafka.structs import BrokerMetadata, PartitionMetadata
 
-import probe.replicas
-from probe.replicas import (
+import probe.core.replicas
+from probe.core.replicas import (
     PartitionProblem,
     PartitionReplicas,
     ReplicaProblem,
@@ -40,7 +40,7 @@ def recorded_topic() -> TopicReplicas:
 
 
 def test_the_examples_in_the_module_hold() -> None:
-    assert doctest.testmod(probe.replicas).failed == 0
+    assert doctest.testmod(probe.core.replicas).failed == 0
 
 
 def _p(partition: int, leader: int | None, replicas: str, isr: str) -> PartitionReplicas:

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from probe.errors import RejectReason
-from probe.judge import Anomaly, AnomalyKind, Fate, Outcome, StreamKey
-from probe.report import Report, Tally, percentile
+from probe.core.errors import RejectReason
+from probe.core.judge import Anomaly, AnomalyKind, Fate, Outcome, StreamKey
+from probe.services.report import Report, Tally, percentile
 from tests.conftest import once_report
 
 KEY = StreamKey("p", "kafka", 0)

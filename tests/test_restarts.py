@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from probe.config import load
-from probe.restarts import RestartState, RestartStrategy, after_failure
+from probe.core.restarts import RestartState, RestartStrategy, after_failure
 
 MIDDLE = 0.5  # random() at 0.5 puts the jitter at 0
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from probe.canary import decode, encode
+from probe.core.canary import decode, encode
+from probe.core.keys import KeyRing, generate_key_ring
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.keys import KeyRing, generate_key_ring
 from tests.conftest import (
     SLA_PROBE,
     RunningProbe,

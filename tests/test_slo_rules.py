@@ -25,8 +25,8 @@ from probe.embedded import free_loopback_port
 from probe.gameday.inhibition import documented_inhibit_rules
 from probe.metrics import ProbeMetrics
 from probe.reconcile.metrics import ReconcileMetrics
-from probe.report import Tally
-from probe.smoke_push import smoke_registry
+from probe.services.report import Tally
+from probe.services.smoke_push import smoke_registry
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,12 +6,12 @@ import logging
 
 import pytest
 
-from probe.canary import Canary, encode
-from probe.errors import CanaryRejected, RejectReason
-from probe.judge import Judge, JudgePolicy, OwnProbe, StreamKey
-from probe.keys import generate_key_ring
-from probe.report import Tally
-from probe.stage import Stage, classify
+from probe.core.canary import Canary, encode
+from probe.core.errors import CanaryRejected, RejectReason
+from probe.core.judge import Judge, JudgePolicy, OwnProbe, StreamKey
+from probe.core.keys import generate_key_ring
+from probe.services.report import Tally
+from probe.stages.stage import Stage, classify
 from probe.transport import Arrival
 
 OWN = OwnProbe("probe-a", incarnation=7)
@@ -86,7 +86,7 @@ def test_a_flood_of_invalid_records_is_logged_as_one_summary_per_period(
         "consumer", "kafka", judge, RING, own=OWN, recorders=[tally], reject_log_period=10.0
     )
     second = 1_000_000_000
-    with caplog.at_level(logging.WARNING, logger="probe.stage"):
+    with caplog.at_level(logging.WARNING, logger="probe.stages.stage"):
         for n in range(2_000):
             stage.on_arrival(Arrival(n % 3, b"\x00garbage" if n % 2 else b"", n * 1_000_000))
         stage.expire(3 * second)  # inside the period: nothing more yet
@@ -100,6 +100,6 @@ def test_a_flood_of_invalid_records_is_logged_as_one_summary_per_period(
     assert sum(tally.stages["consumer"].invalid.values()) == 2_000
     # After the quiet period the next one is logged at once again.
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="probe.stage"):
+    with caplog.at_level(logging.WARNING, logger="probe.stages.stage"):
         stage.on_arrival(Arrival(0, b"", 31 * second))
     assert len(caplog.records) == 1

@@ -11,9 +11,9 @@ from prometheus_client import CollectorRegistry
 
 import probe.status_board
 import probe.status_page
+from probe.core.errors import RejectReason
+from probe.core.judge import Anomaly, AnomalyKind, Fate, Judge, JudgePolicy, Outcome, StreamKey
 from probe.endpoints import MetricsServer, build_app
-from probe.errors import RejectReason
-from probe.judge import Anomaly, AnomalyKind, Fate, Judge, JudgePolicy, Outcome, StreamKey
 from probe.metrics import StageSource
 from probe.status_board import (
     SLO_WINDOWS,

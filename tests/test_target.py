@@ -13,13 +13,13 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from probe.config import ProbeConfig, StageName, load
+from probe.core.errors import RejectReason
+from probe.core.judge import Fate, Finding, Outcome
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.errors import RejectReason
-from probe.judge import Fate, Finding, Outcome
-from probe.keys import generate_key_ring
 from probe.metrics import ProbeMetrics
-from probe.report import Tally
-from probe.target import TargetProbe
+from probe.services.report import Tally
+from probe.stages.target import TargetProbe
 from probe.transport import kafka as kafka_transport
 from tests.conftest import until
 

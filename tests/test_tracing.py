@@ -22,16 +22,16 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from probe import tracing
-from probe.canary import decode
 from probe.config import ProbeConfig, StageName, load
+from probe.core.canary import decode
+from probe.core.errors import ConfigError, RejectReason
+from probe.core.judge import Fate, Finding, Outcome
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.errors import ConfigError, RejectReason
-from probe.judge import Fate, Finding, Outcome
-from probe.keys import generate_key_ring
 from probe.logs import JOIN_FIELDS, JsonFormatter
 from probe.metrics import ProbeMetrics
-from probe.report import Tally
-from probe.target import TargetProbe
+from probe.services.report import Tally
+from probe.stages.target import TargetProbe
 from tests.conftest import until, wait_for
 
 
@@ -228,7 +228,7 @@ async def test_a_lost_canarys_log_line_carries_its_trace_id(
     config = _config(broker, topic, **{"judge.freshness": "1s", "judge.loss_timeout": "1s"})
     probe = TargetProbe(config, generate_key_ring(), [findings])
     await probe.connect(give_up_after=10)
-    caplog.set_level(logging.WARNING, logger="probe.stage")
+    caplog.set_level(logging.WARNING, logger="probe.stages.stage")
     # No consumer: every canary is acknowledged and never read back.
     try:
         await probe.produce_round()
@@ -261,7 +261,7 @@ async def test_a_rejected_records_log_line_carries_its_header_context(
     tally = Tally("kafka")
     probe = TargetProbe(_config(broker, topic), generate_key_ring(), [tally])
     await probe.connect(give_up_after=10)
-    caplog.set_level(logging.WARNING, logger="probe.stage")
+    caplog.set_level(logging.WARNING, logger="probe.stages.stage")
     consumer = asyncio.create_task(probe.consume())
     header = "00-" + "12" * 16 + "-" + "34" * 8 + "-01"
     try:

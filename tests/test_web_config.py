@@ -18,8 +18,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from probe.config import load
+from probe.core.errors import ConfigError
 from probe.endpoints import MetricsServer, build_app
-from probe.errors import ConfigError
 from probe.web_config import (
     BasicAuthUsers,
     WebConfig,

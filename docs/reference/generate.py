@@ -45,12 +45,12 @@ from probe.config import (
     format_duration,
     parse_duration,
 )
+from probe.core.replicas import TopicReplicas
 from probe.group_metrics import GroupMetrics
 from probe.metrics import ProbeMetrics, SinkQueryMetrics, latency_buckets
 from probe.reconcile.metrics import ReconcileMetrics
-from probe.replicas import TopicReplicas
-from probe.report import Tally
-from probe.smoke_push import grouping_key, smoke_registry
+from probe.services.report import Tally
+from probe.services.smoke_push import grouping_key, smoke_registry
 
 REFERENCE = Path(__file__).resolve().parent
 DOCS = REFERENCE.parent

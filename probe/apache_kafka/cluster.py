@@ -41,8 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from probe.core.errors import TransportError
 from probe.embedded import LoopbackServer, Started, free_loopback_port
-from probe.errors import TransportError
 
 POM = Path(__file__).with_name("pom.xml")
 

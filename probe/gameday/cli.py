@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from probe.errors import ConfigError, ProbeError
+from probe.core.errors import ConfigError, ProbeError
 from probe.gameday.report import MARKDOWN_HEADER, markdown_rows, splice_table, table, to_json
 from probe.gameday.runner import GamedayResult, workspace
 from probe.gameday.scenario import Scenario, load_scenario

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from probe.errors import ProbeError
+from probe.core.errors import ProbeError
 from probe.gameday.timeline import AlertTrack
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -42,8 +42,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from probe.apache_kafka.cluster import KafkaCluster, installed
 from probe.config import StageName
+from probe.core.errors import ProbeError
 from probe.embedded import EmbeddedBroker, Started, free_loopback_port
-from probe.errors import ProbeError
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets
 from probe.gameday.faults.proxy import TcpProxy

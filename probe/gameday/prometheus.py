@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 import yaml
 
+from probe.core.errors import ProbeError
 from probe.embedded import LoopbackServer
-from probe.errors import ProbeError
 
 # The job name the probe-down and probe-absent alerts select (see the rules file header).
 PROBE_JOB = "synthetic-sla-probe"

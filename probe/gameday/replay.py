@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from probe.errors import ProbeError
+from probe.core.errors import ProbeError
 from probe.gameday.prometheus import AlertState, ObservedAlert, RecordedSeries
 from probe.gameday.timeline import Timeline
 

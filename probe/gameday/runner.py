@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from probe.errors import ProbeError
+from probe.core.errors import ProbeError
 from probe.gameday.inhibition import InhibitRule
 from probe.gameday.prometheus import PrometheusApi, RecordedSeries
 from probe.gameday.replay import PROBE_SERIES, ReplayPlan, replay

@@ -1,7 +1,7 @@
 """The scenario file: what to run, which fault, and what the alerting path must do.
 
 A scenario is YAML, validated once; every problem is one
-:class:`~probe.errors.ConfigError` naming the field (``phases.fault: must be > 0``),
+:class:`~probe.core.errors.ConfigError` naming the field (``phases.fault: must be > 0``),
 which the CLI prints as ``sla-probe: config error: ...`` and exits 2.
 
     name: broker-outage
@@ -48,7 +48,7 @@ from pydantic import (
 
 from probe.config import Duration, ProbeConfig, StageName, parse_duration
 from probe.config import read_yaml as read_yaml_file
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
 from probe.validation import first_problem
 
 # The probe configuration of a local live run, beneath the scenario's `probe:`

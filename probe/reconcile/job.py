@@ -61,7 +61,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from probe.errors import ConfigError, ReconcileFailed, TransportError
+from probe.core.errors import ConfigError, ReconcileFailed, TransportError
 from probe.reconcile.outcome import Reconciliation, Samples, Tally, WindowResult
 from probe.reconcile.windows import (
     PartitionLog,

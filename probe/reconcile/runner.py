@@ -36,8 +36,8 @@ from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from probe.config import KafkaConfig, ProbeConfig, require_for_reconcile
+from probe.core.errors import ConfigError, ReconcileFailed, TransportError
 from probe.endpoints import MetricsServer, build_app
-from probe.errors import ConfigError, ReconcileFailed, TransportError
 from probe.metrics import probe_version
 from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.metrics import ReconcileMetrics

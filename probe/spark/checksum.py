@@ -121,7 +121,7 @@ def decode_canaries(
     """
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from probe.keys import KeyRing  # noqa: PLC0415 - runs on the executors
+        from probe.core.keys import KeyRing  # noqa: PLC0415 - runs on the executors
         from probe.spark.verify import verify  # noqa: PLC0415
 
         keyring = KeyRing.from_json(keyring_json)

@@ -11,8 +11,8 @@ write only when it has records or a deadline due.
 State of a group:
 
 ``streams``
-    Map state, partition -> the stream's :class:`probe.judge.StreamState` as JSON
-    (a few kilobytes: :mod:`probe.judge_memory`).
+    Map state, partition -> the stream's :class:`probe.core.judge.StreamState` as JSON
+    (a few kilobytes: :mod:`probe.core.judge_memory`).
 ``deadlines``
     Value state, JSON: ``{"due": {partition: earliest loss deadline (ns)}, "timer": ms}``
     for the streams with canaries pending, and the one processing-time timer kept at
@@ -40,8 +40,8 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from probe.canary import Canary
-from probe.judge import Fate, Finding, Judge, JudgePolicy, StreamKey
+from probe.core.canary import Canary
+from probe.core.judge import Fate, Finding, Judge, JudgePolicy, StreamKey
 from probe.spark.rows import (
     JUDGED,
     finding_row,
@@ -184,7 +184,7 @@ class JudgeProcessor(StatefulProcessor):
         offset = int(row.kafka_offset)
         if judge.was_read_at(canary, offset):
             # Read again by a source that moved back over a truncated log: it is in the
-            # table and judged already (probe.judge, "Re-reads").
+            # table and judged already (probe.core.judge, "Re-reads").
             return []
         return [
             judged_row("canary", canary, None, now_ns, row),

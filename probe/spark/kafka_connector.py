@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
 
 CONNECTOR_NAME = "kafka"
 FETCH_MAX_WAIT_MS = "1"

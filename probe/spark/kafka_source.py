@@ -132,9 +132,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from probe.errors import TransportError
-from probe.judge import READ_AT_KEPT
-from probe.partition_summary import partitions_summary, ranges_summary
+from probe.core.errors import TransportError
+from probe.core.judge import READ_AT_KEPT
+from probe.core.partition_summary import partitions_summary, ranges_summary
 
 log = logging.getLogger(__name__)
 
@@ -509,7 +509,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         where the new leader's log parted from the one read, records not read yet;
         that point is not known here. The batch starts REREAD_RECORDS before the end:
         the judge knows the canaries read again there by their offsets and skips them
-        (probe.judge, "Re-reads"), where reading from the log's beginning judged
+        (probe.core.judge, "Re-reads"), where reading from the log's beginning judged
         every one a duplicate. Records written after the truncation beyond that many
         are not read (a re-created topic that filled while the sink was away).
         """

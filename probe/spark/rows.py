@@ -5,7 +5,7 @@ Records cross Spark's boundaries as rows: the decoder (on the executors) turns e
 record into a :data:`DECODED` row, the stateful judge turns those into :data:`JUDGED`
 rows, and the commit step turns judged rows back into findings with
 :func:`finding_of`, the inverse of the row builders here. Classification is the
-stages' own (:func:`probe.stage.classify`), so a record means the same thing here as
+stages' own (:func:`probe.stages.stage.classify`), so a record means the same thing here as
 at every other stage.
 """
 
@@ -29,9 +29,17 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from probe.canary import Canary
-from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Outcome, StreamKey, arrival_outcome
-from probe.keys import KeyRing
+from probe.core.canary import Canary
+from probe.core.judge import (
+    Anomaly,
+    AnomalyKind,
+    Fate,
+    Finding,
+    Outcome,
+    StreamKey,
+    arrival_outcome,
+)
+from probe.core.keys import KeyRing
 from probe.spark.verify import verify
 
 DECODED = StructType(

@@ -15,7 +15,7 @@ from pyspark.errors import PySparkRuntimeError
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from probe.errors import StageFailed
+from probe.core.errors import StageFailed
 from probe.spark.kafka_connector import CONNECTOR_NAME
 from probe.spark_kafka.jars import session_jars
 

@@ -24,7 +24,7 @@ With ``sink.source: kafka`` the first step is Spark's own connector instead
 (``format("kafka")``, options from probe.spark.kafka_connector): its partition, offset
 and value columns go into the same decode, judge and tables.
 
-The judge is the same pure :class:`probe.judge.Judge` the consumer stage uses, fed the
+The judge is the same pure :class:`probe.core.judge.Judge` the consumer stage uses, fed the
 batch's processing time, so a batch replayed after a failure is judged identically.
 Each batch writes its own ``batch_id=N`` directory with overwrite, so a replayed batch
 replaces its output instead of adding to it: with the offsets and the judge state in
@@ -54,10 +54,10 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from probe import tracing
 from probe.config import StageName
-from probe.errors import RejectReason, StoppedMidBatch
-from probe.judge import Fate, Finding, StreamKey
-from probe.keys import KeyRing
-from probe.partition_summary import offsets_summary
+from probe.core.errors import RejectReason, StoppedMidBatch
+from probe.core.judge import Fate, Finding, StreamKey
+from probe.core.keys import KeyRing
+from probe.core.partition_summary import offsets_summary
 from probe.spark.health import HealthListener, SparkHealth
 from probe.spark.judge_operator import JudgeProcessor, bucket_of
 from probe.spark.kafka_connector import CONNECTOR_NAME, stream_options
@@ -72,7 +72,7 @@ from probe.spark.rows import (
     finding_of,
 )
 from probe.spark.tables import read_text, write_batch, write_text
-from probe.stage import Recorder
+from probe.stages.stage import Recorder
 
 log = logging.getLogger(__name__)
 

@@ -26,23 +26,23 @@ from urllib.parse import urlsplit
 from prometheus_client import CollectorRegistry
 from py4j.protocol import Py4JError
 
-from probe.canary import Canary, encode
 from probe.config import KafkaConfig, ProbeConfig, StageName, format_duration
-from probe.errors import ConfigError, StageFailed, TransportError
-from probe.judge import StreamKey
-from probe.keys import KeyRing
+from probe.core.canary import Canary, encode
+from probe.core.errors import ConfigError, StageFailed, TransportError
+from probe.core.judge import StreamKey
+from probe.core.keys import KeyRing
+from probe.core.restarts import RestartState, RestartStrategy, after_failure
 from probe.metrics import ProbeMetrics
-from probe.restarts import RestartState, RestartStrategy, after_failure
 from probe.spark.health import SparkHealth, failure_reason, failure_summary
 from probe.spark.lag import SourceLag
 from probe.spark.session import starts_own_jvm
 from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
-from probe.stage import Recorder
+from probe.stages.stage import Recorder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from probe.target import TargetProbe
+    from probe.stages.target import TargetProbe
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ import os
 import sys
 
 from probe.config import ProbeConfig
+from probe.core.errors import TransportError
+from probe.core.keys import KeyRing
 from probe.endpoints import MetricsServer, build_app
-from probe.errors import TransportError
-from probe.keys import KeyRing
 from probe.metrics import probe_version, service_metrics
 from probe.signals import stop_on_signals
 from probe.spark.session import starts_own_jvm

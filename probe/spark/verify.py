@@ -2,10 +2,10 @@
 
 The sink (:func:`probe.spark.rows.decode_batches`) and reconciliation's canary format
 (:func:`probe.spark.checksum.decode_canaries`) classify every record they read exactly
-as every other stage does (:func:`probe.stage.classify`). Called once per record, that
+as every other stage does (:func:`probe.stages.stage.classify`). Called once per record, that
 is a chain of Python calls per record (parse, verify, build a canary, a row, a frame),
 most of a large read's cost. Here a batch's records are framed together instead: the
-wire format's fields (``probe.canary``) are located and read for all records at once
+wire format's fields (``probe.core.canary``) are located and read for all records at once
 with numpy over the batch's value buffer, their strings checked as UTF-8 by Arrow, and
 one tight loop is left per record, the HMAC, which cannot be shared.
 
@@ -28,17 +28,17 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from probe.canary import FORMAT_VERSION, MAC_BYTES, MAGIC, Canary
-from probe.errors import CanaryRejected
-from probe.keys import KeyRing
-from probe.stage import classify
+from probe.core.canary import FORMAT_VERSION, MAC_BYTES, MAGIC, Canary
+from probe.core.errors import CanaryRejected
+from probe.core.keys import KeyRing
+from probe.stages.stage import classify
 
-# Fixed sizes of the wire format (probe.canary's layout table).
+# Fixed sizes of the wire format (probe.core.canary's layout table).
 _INCARNATION = 8
 _PARTITION_SEQ_PRODUCED = 4 + 8 + 8
 _PAD_LEN = 4
 # The smallest record: header, kid length, a 1-byte kid, probe id length, the fixed
-# fields, the pad length and the MAC (probe.canary._MIN_RECORD_BYTES).
+# fields, the pad length and the MAC (probe.core.canary._MIN_RECORD_BYTES).
 _MIN_RECORD = 3 + 1 + 1 + 1 + _INCARNATION + 1 + _PARTITION_SEQ_PRODUCED + 1 + _PAD_LEN + MAC_BYTES
 _SIGNED_MAX = 2**63  # Spark's long columns: the canary's u64 fields must fit
 
@@ -52,7 +52,7 @@ class Verdicts:
 
     ``canary`` marks the verified canaries; their fields are in the columns named
     after them (null elsewhere). For the other records ``reason`` says why they are
-    not (a :class:`probe.errors.RejectReason` value), or ``foreign`` is set (a record
+    not (a :class:`probe.core.errors.RejectReason` value), or ``foreign`` is set (a record
     of another probe, or of another incarnation of this one, with a key not held), and
     ``claimed_probe_id`` holds the probe id a rejected record claims (unauthenticated).
     """
@@ -72,7 +72,7 @@ class Verdicts:
 
 def verify(values: pa.Array, keyring: KeyRing, probe_id: str, *, max_size: int) -> Verdicts:
     """Classify every record of ``values`` (binary, nulls read as empty records) as
-    :func:`probe.stage.classify` does for the sink (no incarnation of its own)."""
+    :func:`probe.stages.stage.classify` does for the sink (no incarnation of its own)."""
     values = _binary(values)
     rows = len(values)
     frame = _Frame.of(values, max_size)

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
 
 POM = Path(__file__).with_name("pom.xml")
 STAMP = "RESOLVED"

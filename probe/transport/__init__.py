@@ -3,7 +3,7 @@
 Every transport implements :class:`Transport`: list the partitions (or shards) of the
 target, provision what is missing, cover them so arrivals are seen from now on, send
 one canary to one partition, stream arrivals, close. Client-library exceptions are
-mapped to :mod:`probe.errors` here, nowhere else.
+mapped to :mod:`probe.core.errors` here, nowhere else.
 
 Everything else that differs per kind of target (its label, stages, timeouts, pacing,
 the readers of stages that read elsewhere) is its :class:`TargetLayout`: adding a kind
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from probe.config import ProbeConfig, StageName, TargetKind
-from probe.errors import ProduceFailure
-from probe.leadership import LeaderPlan
-from probe.replicas import TopicReplicas
+from probe.core.errors import ProduceFailure
+from probe.core.leadership import LeaderPlan
+from probe.core.replicas import TopicReplicas
 
 if TYPE_CHECKING:
     from probe.transport.kafka_group import GroupRecorder
@@ -107,7 +107,7 @@ class Transport(Protocol):
         holding partitions (MQTT)."""
 
     async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
-        """Carry out a leader plan (probe.leadership): grow, reassign, elect. What could
+        """Carry out a leader plan (probe.core.leadership): grow, reassign, elect. What could
         not be done, in words (no permission, a broker without the API); never raises."""
 
     async def close(self) -> None: ...

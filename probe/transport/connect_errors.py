@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from probe.config import TlsConfig
-from probe.errors import ConnectFailed, ConnectFailure
+from probe.core.errors import ConnectFailed, ConnectFailure
 
 # TLS record content types (RFC 8446 5.1): alert, handshake; then major version 3.
 _TLS_RECORD_TYPES = (0x15, 0x16)

@@ -52,10 +52,10 @@ from aiokafka.errors import (
 )
 
 from probe.config import KafkaConfig
-from probe.errors import ProduceFailed, ProduceFailure, TransportError
-from probe.leadership import LeaderPlan
-from probe.partition_summary import partitions_summary, ranges_summary
-from probe.replicas import TopicReplicas, broker_address, topic_replicas
+from probe.core.errors import ProduceFailed, ProduceFailure, TransportError
+from probe.core.leadership import LeaderPlan
+from probe.core.partition_summary import partitions_summary, ranges_summary
+from probe.core.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
 from probe.transport.kafka_client import connection_options, reason_for
 from probe.transport.kafka_connect_errors import start_or_say_why

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from aiokafka.helpers import create_ssl_context
 
 from probe.config import KafkaConfig, TlsConfig
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
 
 
 def connection_options(config: KafkaConfig) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from aiokafka.errors import (
 )
 
 from probe.config import KafkaConfig
-from probe.errors import ConfigError, ConnectFailure, TransportError
+from probe.core.errors import ConfigError, ConnectFailure, TransportError
 from probe.transport.connect_errors import (
     KAFKA,
     Diagnosis,

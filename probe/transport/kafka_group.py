@@ -48,10 +48,10 @@ from aiokafka.errors import (
 from aiokafka.structs import OffsetAndMetadata
 
 from probe.config import KafkaConfig
-from probe.errors import CommitFailure, ProduceFailure, TransportError
-from probe.leadership import LeaderPlan
-from probe.partition_summary import partitions_summary
-from probe.replicas import TopicReplicas
+from probe.core.errors import CommitFailure, ProduceFailure, TransportError
+from probe.core.leadership import LeaderPlan
+from probe.core.partition_summary import partitions_summary
+from probe.core.replicas import TopicReplicas
 from probe.transport import Arrival
 from probe.transport.kafka_client import connection_options, reason_for
 from probe.transport.kafka_connect_errors import start_or_say_why

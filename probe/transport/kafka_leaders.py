@@ -1,4 +1,4 @@
-"""Carrying out a leader plan (probe.leadership) on Kafka with the admin API.
+"""Carrying out a leader plan (probe.core.leadership) on Kafka with the admin API.
 
 aiokafka's admin client creates partitions but has neither partition reassignment
 nor leader election: the requests are sent through its client as protocol structs,
@@ -23,8 +23,8 @@ from aiokafka.protocol.admin import (
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 
-from probe.leadership import LeaderPlan
-from probe.partition_summary import partitions_summary
+from probe.core.leadership import LeaderPlan
+from probe.core.partition_summary import partitions_summary
 
 TIMEOUT_MS = 30_000
 # Apache Kafka's controller refuses an operation that writes over 10,000 records to

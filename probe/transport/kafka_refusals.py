@@ -21,7 +21,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from probe.errors import ProduceFailure
+from probe.core.errors import ProduceFailure
 
 SENDER_LOGGER = "aiokafka.producer.sender"
 

@@ -56,8 +56,8 @@ from tenacity import (
 )
 
 from probe.config import MqttConfig, MqttTlsConfig, parse_mqtt_url
-from probe.errors import ProduceFailed, ProduceFailure, TransportError
-from probe.leadership import LeaderPlan
+from probe.core.errors import ProduceFailed, ProduceFailure, TransportError
+from probe.core.leadership import LeaderPlan
 from probe.transport import Arrival
 from probe.transport.connect_errors import Diagnosis
 from probe.transport.mqtt_connect_errors import listener_problem, refusal

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ssl
 
 from probe.config import MqttTlsConfig
-from probe.errors import ConnectFailure
+from probe.core.errors import ConnectFailure
 from probe.transport.connect_errors import (
     MQTT,
     Diagnosis,

@@ -26,8 +26,8 @@ import yaml
 
 from probe.apache_kafka.cluster import KafkaCluster, Listener
 from probe.config import KafkaConfig
+from probe.core.errors import ConnectFailed, ConnectFailure
 from probe.embedded import free_loopback_port
-from probe.errors import ConnectFailed, ConnectFailure
 from probe.transport.kafka import KafkaTransport
 from tests.certificates import CertificateAuthority
 from tests.conftest import (

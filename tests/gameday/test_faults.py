@@ -16,9 +16,10 @@ from typing import get_args
 
 import pytest
 
-from probe.canary import Canary, decode, encode
+from probe.core.canary import Canary, decode, encode
+from probe.core.errors import CanaryRejected, RejectReason
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.errors import CanaryRejected, RejectReason
 from probe.gameday.faults import FAULTS, build_fault
 from probe.gameday.faults.base import LocalTargets
 from probe.gameday.faults.clock_skew import shifted_clock_environment
@@ -35,7 +36,6 @@ from probe.gameday.scenario import (
     ReplayedCanaries,
     SinkStall,
 )
-from probe.keys import generate_key_ring
 
 RING = generate_key_ring("k1")
 

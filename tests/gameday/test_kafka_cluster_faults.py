@@ -25,6 +25,7 @@ from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
 from probe.apache_kafka.cluster import KafkaCluster, live_brokers
 from probe.config import KafkaConfig
+from probe.core.replicas import ReplicaHealth, replica_health
 from probe.embedded import free_loopback_port
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets, WrongBrokerError
@@ -52,7 +53,6 @@ from probe.gameday.scenario import (
     KafkaRollingRestart,
     KafkaUncleanElection,
 )
-from probe.replicas import ReplicaHealth, replica_health
 from probe.transport.kafka import KafkaTransport
 from tests.apache_kafka.kafka_admin import admin, create_topic, describe, end_offsets, leaders
 from tests.conftest import wait_for

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
 from probe.gameday.scenario import load_scenario
 
 MINIMAL = "name: outage\nfault: {kind: broker-stop}\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probe.errors import ReconcileFailed
+from probe.core.errors import ReconcileFailed
 from probe.reconcile.outcome import Reconciliation
 from probe.reconcile.runner import RUNS_SHOWN, Readiness
 from probe.status_board import StatusView

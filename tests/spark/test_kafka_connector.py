@@ -33,9 +33,9 @@ import probe.submit
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.cli import main
 from probe.config import load
+from probe.core.errors import ConfigError
+from probe.core.judge import Outcome
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.errors import ConfigError
-from probe.judge import Outcome
 from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import WindowStatus
 from probe.reconcile.windows import WindowSpec

@@ -16,8 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from probe.core.judge import READ_AT_KEPT
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.judge import READ_AT_KEPT
 from probe.spark.kafka_source import (
     REREAD_RECORDS,
     SOURCE_NAME,

@@ -14,8 +14,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from confluent_kafka import KafkaError, Message, Producer
 from pyspark.sql import DataFrame, SparkSession
 
+from probe.core.errors import TransportError
 from probe.embedded import EmbeddedBroker
-from probe.errors import TransportError
 from probe.spark.kafka_source import (
     SOURCE_NAME,
     KafkaStreamSource,

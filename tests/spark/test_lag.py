@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.keys import generate_key_ring
 from probe.spark import stage as stage_module
 from probe.spark.health import SparkHealth
 from probe.spark.lag import START_FILE, SourceLag, last_committed, owed

@@ -18,9 +18,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import probe.submit
-from probe.canary import Canary, encode
+from probe.core.canary import Canary, encode
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.keys import generate_key_ring
 from probe.spark.tables import TABLE_SCHEMAS
 from tests.conftest import wait_for
 from tests.spark.cluster import SparkCluster

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from probe.core.errors import ConfigError, ReconcileFailed
 from probe.embedded import EmbeddedBroker
-from probe.errors import ConfigError, ReconcileFailed
 from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import Reconciliation, WindowStatus
 from probe.reconcile.windows import WindowSpec

@@ -11,8 +11,8 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from probe.canary import Canary, encode
-from probe.keys import generate_key_ring
+from probe.core.canary import Canary, encode
+from probe.core.keys import generate_key_ring
 from probe.spark.rows import DECODED, JUDGED, decode_batches, typed_frame
 from probe.spark.sink import exact_frame
 

@@ -16,8 +16,8 @@ import yaml
 from pyspark.sql import SparkSession
 
 from probe.config import ProbeConfig, load
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.keys import generate_key_ring
 from probe.reconcile.runner import serve_reconcile
 from probe.spark.standalone import serve_sink
 from tests.certificates import CertificateAuthority

@@ -24,17 +24,17 @@ from prometheus_client import CollectorRegistry, generate_latest
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from probe import tracing
-from probe.canary import Canary, encode
 from probe.config import StageName, load
+from probe.core.canary import Canary, encode
+from probe.core.judge import Anomaly, AnomalyKind, Fate, Outcome, StreamKey
+from probe.core.keys import KeyRing, generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.judge import Anomaly, AnomalyKind, Fate, Outcome, StreamKey
-from probe.keys import KeyRing, generate_key_ring
-from probe.report import Tally
+from probe.services.report import Tally
 from probe.spark import sink as sink_module
 from probe.spark.health import SparkHealth, source_lag
 from probe.spark.rows import at_commit, finding_of, finding_row
 from probe.spark.sink import SinkJob, SinkSettings, exact_frame
-from probe.target import TargetProbe
+from probe.stages.target import TargetProbe
 from tests.conftest import KafkaBrokers, parse_samples, sample, until
 from tests.otlp_receiver import OtlpReceiver
 

@@ -13,11 +13,11 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
-from probe.canary import Canary, encode
 from probe.config import StageName
+from probe.core.canary import Canary, encode
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.keys import generate_key_ring
-from probe.report import Tally
+from probe.services.report import Tally
 from probe.spark.judge_operator import JUDGE_BUCKETS
 from probe.spark.sink import SinkJob, SinkSettings
 from tests.conftest import wait_for

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.cli import main
-from probe.judge import Outcome
+from probe.core.judge import Outcome
 from tests.apache_kafka.kafka_admin import describe, leaders
 from tests.conftest import until, wait_for
 from tests.spark.test_sink import pipeline

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from probe.config import ProbeConfig
-from probe.errors import ConfigError
-from probe.keys import KeyRing
+from probe.core.errors import ConfigError
+from probe.core.keys import KeyRing
 from probe.spark.stage import SinkProgress, SparkSinkStage, spark_output, writable_spark_output
 from tests.conftest import SLA_PROBE, target_report
 

@@ -11,13 +11,13 @@ from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from probe.config import StageName, load
+from probe.core.judge import Outcome
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.judge import Outcome
-from probe.keys import generate_key_ring
-from probe.report import Tally
+from probe.services.report import Tally
 from probe.spark.health import SparkHealth
 from probe.spark.sink import SinkJob
-from probe.target import TargetProbe
+from probe.stages.target import TargetProbe
 from tests.conftest import until
 from tests.spark.test_sink import _settings
 

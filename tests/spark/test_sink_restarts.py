@@ -16,15 +16,15 @@ from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from probe.config import ProbeConfig, load
+from probe.core.errors import RejectReason
+from probe.core.judge import Finding
+from probe.core.keys import KeyRing, generate_key_ring
 from probe.embedded import EmbeddedBroker
-from probe.errors import RejectReason
-from probe.judge import Finding
-from probe.keys import KeyRing, generate_key_ring
-from probe.once import OwnCanaries
-from probe.report import Tally
+from probe.services.once import OwnCanaries
+from probe.services.report import Tally
 from probe.spark.sink import START_FILE, SinkJob
 from probe.spark.stage import SparkSinkStage, sink_settings
-from probe.target import TargetProbe
+from probe.stages.target import TargetProbe
 from tests.conftest import RunningProbe, http_status, run_args, sample, scrape, until, wait_for
 from tests.spark.test_sink_service import _sink_delivered
 

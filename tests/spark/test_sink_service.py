@@ -19,8 +19,8 @@ from pyspark.sql import SparkSession
 
 import probe.submit
 from probe.config import load
+from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.keys import generate_key_ring
 from probe.spark.standalone import serve_sink
 from tests.certificates import CertificateAuthority
 from tests.conftest import (

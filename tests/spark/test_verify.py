@@ -1,6 +1,6 @@
 """A batch's canaries verified together give every record the verdict classify gives it.
 
-classify (probe.stage) is the oracle: every record of a batch, valid or mutated,
+classify (probe.stages.stage) is the oracle: every record of a batch, valid or mutated,
 foreign or garbage, must get the same verdict, the same reason and the same fields
 from verify as from classify called on it alone.
 """
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probe.canary import Canary, encode
-from probe.errors import CanaryRejected
-from probe.keys import KeyRing
+from probe.core.canary import Canary, encode
+from probe.core.errors import CanaryRejected
+from probe.core.keys import KeyRing
 from probe.spark.verify import verify
-from probe.stage import classify
+from probe.stages.stage import classify
 
 PROBE = "probe-a"
 RING = KeyRing({"k1": b"0123456789abcdef0123456789abcdef", "k2": b"x" * 32}, active="k1")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from probe.config import GroupConfig
-from probe.errors import ProbeError
+from probe.core.errors import ProbeError
 
 if TYPE_CHECKING:
     from probe.apache_kafka.cluster import KafkaCluster

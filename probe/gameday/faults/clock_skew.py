@@ -16,7 +16,7 @@ from __future__ import annotations
 import glob
 from typing import TYPE_CHECKING
 
-from probe.errors import ProbeError
+from probe.core.errors import ProbeError
 
 if TYPE_CHECKING:
     from probe.gameday.faults.base import LocalTargets

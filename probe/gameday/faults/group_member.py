@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 
-from probe.errors import ProbeError
+from probe.core.errors import ProbeError
 
 if TYPE_CHECKING:
     from probe.gameday.faults.base import LocalTargets

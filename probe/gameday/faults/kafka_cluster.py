@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from probe.errors import ProbeError
+from probe.core.errors import ProbeError
 from probe.gameday.faults.kafka_admin import BROKER, TOPIC, ClusterAdmin, Config
 
 if TYPE_CHECKING:

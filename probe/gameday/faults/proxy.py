@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from probe.core.errors import ProbeError
 from probe.embedded import Started, free_loopback_port
-from probe.errors import ProbeError
 from probe.gameday.faults.coordinator import RequestHold
 from probe.gameday.faults.kafka_wire import KafkaWire
 from probe.gameday.faults.silent_partition import FetchStripper, PartitionFilter

@@ -10,7 +10,7 @@ import asyncio
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from probe.errors import TransportError
+from probe.core.errors import TransportError
 
 _TIMEOUT = 15.0
 

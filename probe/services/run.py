@@ -22,13 +22,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from probe.config import ProbeConfig, StageName, TargetKind
+from probe.core.keys import KeyRing
 from probe.endpoints import MetricsServer, build_app
 from probe.keyfile import KeyRingSource
-from probe.keys import KeyRing
 from probe.metrics import ProbeMetrics, probe_version, service_metrics
 from probe.signals import stop_on_signals
+from probe.stages.target import TargetProbe
 from probe.status_board import Objectives, StatusBoard, StatusView, refresh_every
-from probe.target import TargetProbe
 
 if TYPE_CHECKING:
     from probe.spark.stage import SparkSinkStage

@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry, Gauge, Histogram, push_to_gateway
 
 from probe.config import ProbeConfig, PushGatewayConfig
-from probe.judge import Outcome
+from probe.core.judge import Outcome
 from probe.metrics import latency_buckets
-from probe.report import Report, Tally
+from probe.services.report import Report, Tally
 
 log = logging.getLogger(__name__)
 

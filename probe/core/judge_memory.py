@@ -3,7 +3,7 @@ with the canaries judged.
 
 A stream's judge remembers up to ``JudgePolicy.memory`` (4,096) decided canaries, and
 the produce time and offset of the newest few hundred that arrived (see
-:mod:`probe.judge`). Kept as dictionaries of tuples, that was about 475 kB a stream once
+:mod:`probe.core.judge`). Kept as dictionaries of tuples, that was about 475 kB a stream once
 the memory was full (after 4,096 rounds: 23 hours at a 20 s interval), 4.7 GB at 10,000
 partitions, and the Spark sink read and wrote it whole, as JSON, for every stream of
 every batch. Both structures here hold the same facts in a few kilobytes:
@@ -184,7 +184,7 @@ class DecidedRuns:
 
 
 # Machine integers: incarnations, seqs and produce times are unsigned 64-bit on the wire
-# (probe.canary); an offset is -1 where the canary was not read from a log.
+# (probe.core.canary); an offset is -1 where the canary was not read from a log.
 _UNSIGNED, _SIGNED = "Q", "q"
 
 

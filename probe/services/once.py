@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING
 
 from probe import loop
 from probe.config import ProbeConfig, StageName, TargetKind
+from probe.core.errors import ConfigError, ProbeError, RejectReason, TransportError
+from probe.core.judge import Finding, Outcome
+from probe.core.keys import KeyRing
 from probe.embedded import EmbeddedBroker
-from probe.errors import ConfigError, ProbeError, RejectReason, TransportError
-from probe.judge import Finding, Outcome
-from probe.junit_report import junit_xml
-from probe.keys import KeyRing
-from probe.report import Report, StageTally, Tally
+from probe.services.junit_report import junit_xml
+from probe.services.report import Report, StageTally, Tally
+from probe.services.smoke_push import push_report
 from probe.signals import Interrupted, interruptible, raising_on_signals
-from probe.smoke_push import push_report
-from probe.target import TargetProbe, target_name
+from probe.stages.target import TargetProbe, target_name
 
 if TYPE_CHECKING:
     from probe.spark.stage import SparkSinkStage

@@ -143,8 +143,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from probe.canary import Canary
-from probe.judge_memory import ArrivedRing, DecidedRuns
+from probe.core.canary import Canary
+from probe.core.judge_memory import ArrivedRing, DecidedRuns
 
 __all__ = [
     "READ_AT_KEPT",
@@ -290,7 +290,7 @@ def arrival_outcome(latency_ns: int, freshness_ns: int) -> Outcome:
 # A canary's name within its stream.
 _Ident = tuple[int, int]  # (incarnation, seq)
 
-# 2: decided as runs and arrived as columns (probe.judge_memory); 1 is still read.
+# 2: decided as runs and arrived as columns (probe.core.judge_memory); 1 is still read.
 _STATE_VERSION = 2
 # Offsets of the newest canaries read, per stream (see "Re-reads"): how far back a
 # reader may move and still tell its own records from duplicates. Offsets are kept for
@@ -336,7 +336,7 @@ class StreamState:
     # loss deadline or _FAILED_REMEMBERED_NS, the later, and never more than _FAILED_KEPT.
     failed: dict[tuple[int, int, int], None] = field(default_factory=dict)
     pending: dict[_Ident, int] = field(default_factory=dict)  # -> deadline_ns
-    # Each decided canary -> True if declared lost; as runs (probe.judge_memory): a
+    # Each decided canary -> True if declared lost; as runs (probe.core.judge_memory): a
     # stream's memory costs a few kilobytes, not the ~475 kB of a dictionary of 4,096.
     decided: DecidedRuns = field(default_factory=DecidedRuns)
     # The produce time of each of the newest READ_AT_KEPT arrived canaries and the

@@ -21,7 +21,7 @@ raised produce latency from milliseconds to seconds): it acts only when the brok
 differs from the one it last saw settled, and at most every ``min_gap`` seconds, until
 a plan comes out empty; then it waits for the broker set to change again.
 
->>> from probe.replicas import PartitionReplicas, TopicReplicas
+>>> from probe.core.replicas import PartitionReplicas, TopicReplicas
 >>> topic = TopicReplicas(
 ...     {0: PartitionReplicas(0, 1, (1, 2), (1, 2)), 1: PartitionReplicas(1, 1, (1, 2), (1, 2))},
 ...     brokers=frozenset({1, 2}),
@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from probe.replicas import PartitionReplicas, TopicReplicas
+from probe.core.replicas import PartitionReplicas, TopicReplicas
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from probe.errors import ConfigError
+from probe.core.errors import ConfigError
 
 MIN_SECRET_BYTES = 16
 MAX_KID_CHARS = 32

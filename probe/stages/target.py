@@ -31,15 +31,15 @@ from tenacity import (
 )
 
 from probe.config import ProbeConfig, StageName, TargetKind
-from probe.errors import ConnectFailed, TransportError
-from probe.judge import Judge, JudgePolicy, OwnProbe
-from probe.keys import KeySource
-from probe.leadership import LeaderKeeper, LeaderPlan, plan_leaders
+from probe.core.errors import ConnectFailed, TransportError
+from probe.core.judge import Judge, JudgePolicy, OwnProbe
+from probe.core.keys import KeySource
+from probe.core.leadership import LeaderKeeper, LeaderPlan, plan_leaders
+from probe.core.partition_summary import partitions_summary
+from probe.core.replicas import TopicReplicas, replica_health
 from probe.metrics import ProbeMetrics
-from probe.partition_summary import partitions_summary
-from probe.producer import CanaryProducer, next_tick_ns
-from probe.replicas import TopicReplicas, replica_health
-from probe.stage import Recorder, Stage
+from probe.stages.producer import CanaryProducer, next_tick_ns
+from probe.stages.stage import Recorder, Stage
 from probe.transport import TRANSPORTS, Transport
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ class TargetProbe:
 
     def _keep_every_broker_leading(self, transport: Transport, replicas: TopicReplicas) -> None:
         """With topic management on, give every broker the lead of a canary partition
-        (probe.leadership), in the background: admin requests may take long, a round
+        (probe.core.leadership), in the background: admin requests may take long, a round
         must not wait for them. Acts only when the broker set changed, at most every
         LeaderKeeper.min_gap, so it never churns."""
         if not (self.kind is TargetKind.KAFKA and self.config.kafka.create_topic):

@@ -2,7 +2,7 @@
 
 ``encode(canary, keyring)`` signs a ``Canary`` with the ring's active key;
 ``decode(data, keyring)`` parses and verifies bytes from anywhere, raising only
-``CanaryRejected`` (see ``probe.keys`` for the key ring and how to rotate keys).
+``CanaryRejected`` (see ``probe.core.keys`` for the key ring and how to rotate keys).
 
 Wire format, version 1. Integers are unsigned big-endian; strings are UTF-8 (the key
 id is ASCII) behind a one-byte length, so none exceeds 255 bytes::
@@ -43,8 +43,8 @@ import hmac
 import struct
 from dataclasses import dataclass
 
-from probe.errors import CanaryRejected, RejectReason
-from probe.keys import KeyRing
+from probe.core.errors import CanaryRejected, RejectReason
+from probe.core.keys import KeyRing
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +111,7 @@ def encode(canary: Canary, keyring: KeyRing, *, pad_to: int = 0) -> bytes:
 
     Example::
 
-        >>> from probe.keys import KeyRing
+        >>> from probe.core.keys import KeyRing
         >>> ring = KeyRing({"k1": b"0123456789abcdef"}, active="k1")
         >>> canary = Canary("probe-a", 1, "kafka", 0, 7, 1_700_000_000_000_000_000)
         >>> decode(encode(canary, ring), ring) == canary

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from probe.config import RestartConfig
+if TYPE_CHECKING:  # the settings' type only: the core imports nothing of the shell
+    from probe.config import RestartConfig
 
 
 @dataclass(frozen=True)

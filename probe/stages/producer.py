@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from probe import tracing
-from probe.canary import Canary, encode
-from probe.errors import ProduceFailed, ProduceFailure
-from probe.judge import OwnProbe
-from probe.keys import KeySource
-from probe.stage import Stage, TargetRecorder
+from probe.core.canary import Canary, encode
+from probe.core.errors import ProduceFailed, ProduceFailure
+from probe.core.judge import OwnProbe
+from probe.core.keys import KeySource
+from probe.stages.stage import Stage, TargetRecorder
 from probe.transport import Transport
 
 log = logging.getLogger(__name__)

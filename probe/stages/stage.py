@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from probe import tracing
-from probe.canary import Canary, decode
 from probe.config import StageName
-from probe.errors import CanaryRejected, ProduceFailure, RejectReason
-from probe.judge import (
+from probe.core.canary import Canary, decode
+from probe.core.errors import CanaryRejected, ProduceFailure, RejectReason
+from probe.core.judge import (
     Anomaly,
     AnomalyKind,
     Fate,
@@ -32,8 +32,8 @@ from probe.judge import (
     OwnProbe,
     StreamKey,
 )
-from probe.keys import KeyRing, KeySource
-from probe.replicas import TopicReplicas
+from probe.core.keys import KeyRing, KeySource
+from probe.core.replicas import TopicReplicas
 from probe.transport import Arrival, Transport
 
 log = logging.getLogger(__name__)

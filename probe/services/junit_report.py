@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
 
-from probe.judge import AnomalyKind, Outcome
-from probe.report import FAILING_PARTITIONS_LISTED, Report, StageTally, Tally
+from probe.core.judge import AnomalyKind, Outcome
+from probe.services.report import FAILING_PARTITIONS_LISTED, Report, StageTally, Tally
 
 # Counted on a stage, not failing it: another probe's canaries on a shared topic.
 _HARMLESS = frozenset({AnomalyKind.FOREIGN.value})

@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from probe.errors import RejectReason
-from probe.judge import Anomaly, AnomalyKind, Fate, Finding, Outcome
+from probe.core.errors import RejectReason
+from probe.core.judge import Anomaly, AnomalyKind, Fate, Finding, Outcome
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -115,7 +115,7 @@ class StageTally:
 
 @dataclass
 class Tally:
-    """A recorder (see probe.stage.Recorder) that keeps everything for the report."""
+    """A recorder (see probe.stages.stage.Recorder) that keeps everything for the report."""
 
     target: str
     stages: dict[str, StageTally] = field(default_factory=dict)
