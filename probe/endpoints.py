@@ -69,7 +69,7 @@ class _Families:
 def exposition(registry: CollectorRegistry, accept: str) -> tuple[bytes, str]:
     """The /metrics body for this Accept header, and its content type.
 
-    Families that render themselves (:class:`probe.metrics.RenderedGauge`: per-partition
+    Families that render themselves (:class:`probe.metrics.rendered.RenderedGauge`: per-partition
     staleness, 10,000 series at 10,000 partitions) are written by their own fast path,
     after every other family; in OpenMetrics still before the closing ``# EOF``.
     """

@@ -46,8 +46,8 @@ from probe.config import (
     parse_duration,
 )
 from probe.core.replicas import TopicReplicas
-from probe.group_metrics import GroupMetrics
 from probe.metrics import ProbeMetrics, SinkQueryMetrics, latency_buckets
+from probe.metrics.group import GroupMetrics
 from probe.reconcile.metrics import ReconcileMetrics
 from probe.services.report import Tally
 from probe.services.smoke_push import grouping_key, smoke_registry
@@ -442,7 +442,10 @@ class MetricsComponent:
 
     @property
     def module_path(self) -> str:
-        return self.owner.__module__.replace(".", "/") + ".py"
+        path = self.owner.__module__.replace(".", "/")
+        # A package's own definitions (probe.metrics' ProbeMetrics) are in its __init__.py.
+        is_package = hasattr(sys.modules[self.owner.__module__], "__path__")
+        return f"{path}/__init__.py" if is_package else f"{path}.py"
 
 
 def _probe_metrics() -> tuple[CollectorRegistry, set[int]]:

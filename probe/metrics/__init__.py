@@ -1,53 +1,65 @@
-"""Every metric the probe exports, defined in one place.
+"""Every metric the probe exports, defined in one package; the probe's registry is
+assembled here (:class:`ProbeMetrics`, :func:`service_metrics`).
 
 The registry is passed in (tests use a fresh one each). Every series an SLO rule
 reads exists at zero from the moment a (target, stage) is declared, so a rate over
 a window that saw no canary yet is 0, not "no data". Latency buckets are derived
 from the SLO thresholds so the latency SLI is read off a bucket boundary exactly.
 
-Staleness is not stored: it is computed from the judges at scrape time, so it keeps
-rising while a partition is silent even though no event updates it. Per-partition
-staleness is one series per partition (10,000 at 10,000 partitions): the
-``metrics.partition_series`` setting exports it for every partition, only for those
-currently stale, or for none; the per-stage aggregates (the largest staleness, the
-number of stale partitions) are always exported, and the rules and dashboard work
-from them in every mode.
-
-Which broker leads each partition and which partitions are in replica trouble are
-rendered at scrape time too, from the last metadata refresh (:class:`ReplicaCollector`),
-so a broker or a problem that is gone from the metadata is gone from the next scrape.
-The per-partition ones follow the same setting: in ``stale`` mode a partition has a
-leader series while it is stale or in trouble, which is when a join needs it.
+Each component's series live in a module of their own, and ProbeMetrics registers
+them: staleness (computed from the judges at scrape time) in
+:mod:`probe.metrics.staleness`, the brokers and troubled partitions of the last
+metadata refresh in :mod:`probe.metrics.replicas`, the tracer's dropped spans in
+:mod:`probe.metrics.spans`, the group stage's in :mod:`probe.metrics.group`. The Spark
+sink query's (:class:`SinkQueryMetrics`, which probe.spark.health builds) are in
+:mod:`probe.metrics.sink`. The per-partition families render themselves at scrape
+time with :mod:`probe.metrics.rendered`. The canaries' outcomes, latencies, anomalies
+and the per-target and per-broker series are ProbeMetrics' own, below.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, version
-from typing import Protocol, TypeVar, cast
+from typing import TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    InfoMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
 
 from probe import tracing
 from probe.config import ProbeConfig, StageName
 from probe.core.errors import ConnectFailure, ProduceFailure, RejectReason
-from probe.core.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome, StreamKey
-from probe.core.replicas import TopicReplicas, partition_problems, replica_health
-from probe.group_metrics import GroupMetrics
-from probe.status_page import SinkBatchProgress
+from probe.core.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome
+from probe.core.replicas import TopicReplicas, replica_health
+from probe.metrics.group import GroupMetrics
+from probe.metrics.rendered import RenderedGauge
+from probe.metrics.replicas import ReplicaCollector
+from probe.metrics.sink import RESTART_REASONS, SinkQueryMetrics, good_seconds
+from probe.metrics.spans import SpanDropCollector
+from probe.metrics.staleness import (
+    PartitionSeries,
+    StageSource,
+    StalenessCollector,
+    StalenessSource,
+    stale_after,
+)
+
+# What other modules import from probe.metrics: the registry, and each component's
+# names they use (their home is the component's module).
+__all__ = [
+    "RESTART_REASONS",
+    "PartitionSeries",
+    "ProbeMetrics",
+    "RenderedGauge",
+    "SinkQueryMetrics",
+    "StageSource",
+    "good_seconds",
+    "latency_buckets",
+    "probe_version",
+    "service_metrics",
+    "stale_after",
+]
+
 
 # The metrics a canary's fate counts on (see ProbeMetrics._fate_child).
 _Fated = TypeVar("_Fated", Counter, Histogram)
@@ -74,542 +86,6 @@ _BASE_BUCKETS = (
 def latency_buckets(*thresholds: float) -> tuple[float, ...]:
     """The base buckets plus every SLO threshold, so `le="<threshold>"` exists."""
     return tuple(sorted(set(_BASE_BUCKETS) | {round(t, 6) for t in thresholds}))
-
-
-class StalenessSource(Protocol):
-    """Anything that knows, per stream, how old the freshest canary it has seen is:
-    a judge, or the Spark sink's record of what it committed."""
-
-    def staleness_ns(self, now_ns: int) -> dict[StreamKey, int]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StageSource:
-    """A stage whose staleness is exported; a partition is stale past ``stale_after_ns``."""
-
-    target: str
-    stage: str
-    judge: StalenessSource
-    stale_after_ns: int
-
-    def is_stale(self, staleness_ns: int) -> bool:
-        return staleness_ns > self.stale_after_ns
-
-
-class PartitionSeries(StrEnum):
-    """Which partitions get a `synthetic_sla_partition_staleness_seconds` series."""
-
-    ALL = "all"
-    STALE = "stale"  # only those stale now (it missed a round: see stale_after)
-    NONE = "none"
-
-
-def stale_after(interval: float, freshness: float) -> float:
-    """When a partition is stale: its freshest canary is older than one interval plus
-    the stage's freshness deadline, so the canary of its last round is overdue (a
-    healthy partition peaks at one interval plus its latency).
-
-    >>> stale_after(20.0, 5.0)
-    25.0
-    """
-    return interval + freshness
-
-
-def _label_value(text: str) -> str:
-    """A label value as the text exposition formats escape it."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-class RenderedGauge(GaugeMetricFamily):
-    """A gauge family that also writes its own exposition lines, fast.
-
-    prometheus_client formats every sample anew at every scrape (label escaping,
-    ordering): 0.15 s for 10,000 per-partition series, 0.28 s as OpenMetrics. A family
-    of many series whose labels rarely change keeps each series' line prefix and only
-    formats its value; /metrics (probe.endpoints) writes it with :meth:`lines`. For any
-    other reader of the registry it is an ordinary family: its samples are built when
-    first asked for.
-    """
-
-    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
-        self._rows: list[tuple[str, Sequence[str], float]] = []
-        self._built: list[Sample] = []
-        super().__init__(name, documentation, labels=labels)
-
-    @property
-    def samples(self) -> list[Sample]:
-        if len(self._built) < len(self._rows):
-            self._built.extend(
-                Sample(self.name, dict(zip(self._labelnames, labels, strict=True)), value)
-                for _, labels, value in self._rows[len(self._built) :]
-            )
-        return self._built
-
-    @samples.setter
-    def samples(self, samples: list[Sample]) -> None:
-        self._built = samples
-
-    def add_rendered(self, prefix: str, labels: Sequence[str], value: float) -> None:
-        """One series; ``prefix`` is its line up to the value (see :meth:`prefix`)."""
-        self._rows.append((prefix, labels, value))
-
-    def series(self) -> int:
-        return len(self._rows)
-
-    def prefix(self, labels: Sequence[str]) -> str:
-        pairs = ",".join(
-            f'{name}="{_label_value(value)}"'
-            for name, value in zip(self._labelnames, labels, strict=True)
-        )
-        return f"{self.name}{{{pairs}}} "
-
-    def lines(self) -> str:
-        header = f"# HELP {self.name} {self.documentation}\n# TYPE {self.name} gauge\n"
-        return header + "".join(f"{prefix}{_go_float(value)}\n" for prefix, _, value in self._rows)
-
-
-class LinePrefixes:
-    """Each series' line prefix (see :class:`RenderedGauge`), kept across scrapes by a
-    collector that renders the same series scrape after scrape; forgotten at once when
-    there are more than twice as many as the last scrape wrote (series went away)."""
-
-    def __init__(self) -> None:
-        self._known: dict[tuple[object, ...], str] = {}
-
-    def add(
-        self, family: RenderedGauge, ident: tuple[object, ...], labels: Sequence[str], value: float
-    ) -> None:
-        prefix = self._known.get(ident)
-        if prefix is None:
-            prefix = self._known[ident] = family.prefix(labels)
-        family.add_rendered(prefix, labels, value)
-
-    def trim(self, written: int) -> None:
-        if len(self._known) > 2 * max(1, written):
-            self._known.clear()
-
-
-def _go_float(value: float) -> str:
-    """A sample value as prometheus_client writes it (1e+06, +Inf, NaN)."""
-    text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
-    return text
-
-
-class StalenessCollector(Collector):
-    """Staleness, computed at scrape time: per partition (as ``partition_series`` says),
-    and per stage its largest value and the number of stale partitions (always)."""
-
-    def __init__(
-        self,
-        clock_ns: Callable[[], int] = time.time_ns,
-        partition_series: PartitionSeries = PartitionSeries.ALL,
-    ) -> None:
-        self._sources: list[StageSource] = []
-        self._clock_ns = clock_ns
-        self._partition_series = partition_series
-        self._prefixes = LinePrefixes()
-
-    def add(self, source: StageSource) -> None:
-        self._sources.append(source)
-
-    def sources(self) -> list[StageSource]:
-        return list(self._sources)
-
-    def stale_partitions(self, target: str) -> set[int]:
-        """The target's partitions stale now in at least one of its stages: those that
-        have a staleness series in ``stale`` mode."""
-        now_ns = self._clock_ns()
-        return {
-            key.partition
-            for source in self._sources
-            if source.target == target
-            for key, value in source.judge.staleness_ns(now_ns).items()
-            if source.is_stale(value)
-        }
-
-    def collect(self) -> Iterator[Metric]:
-        family = RenderedGauge(
-            "synthetic_sla_partition_staleness_seconds",
-            "Age of the freshest canary a stage has seen on a partition (now minus its "
-            "produce time); rises while the partition is silent or the stage lags. Which "
-            "partitions have a series: metrics.partition_series (all, stale, none).",
-            labels=["target", "stage", "partition"],
-        )
-        largest = GaugeMetricFamily(
-            "synthetic_sla_staleness_max_seconds",
-            "The largest staleness of any partition of the stage (0 with none).",
-            labels=["target", "stage"],
-        )
-        stale = GaugeMetricFamily(
-            "synthetic_sla_stale_partitions",
-            "Partitions of the stage whose freshest canary is older than one interval plus "
-            "the stage's freshness deadline: they missed at least their last round.",
-            labels=["target", "stage"],
-        )
-        now_ns = self._clock_ns()
-        prefixes = self._prefixes
-        mode = self._partition_series
-        for source in self._sources:
-            staleness = source.judge.staleness_ns(now_ns)
-            largest.add_metric(
-                [source.target, source.stage], max(staleness.values(), default=0) / 1e9
-            )
-            stale.add_metric(
-                [source.target, source.stage],
-                sum(1 for value in staleness.values() if source.is_stale(value)),
-            )
-            if mode is PartitionSeries.NONE:
-                continue
-            for key in sorted(staleness, key=lambda key: key.partition):
-                value = staleness[key]
-                if mode is PartitionSeries.STALE and not source.is_stale(value):
-                    continue
-                labels = [source.target, source.stage, str(key.partition)]
-                ident = (source.target, source.stage, key.partition)
-                prefixes.add(family, ident, labels, value / 1e9)
-        prefixes.trim(family.series())  # partitions went away or are fresh again
-        yield family
-        yield largest
-        yield stale
-
-
-class ReplicaCollector(Collector):
-    """The canary topic's brokers and troubled partitions, rendered at scrape time from
-    the last metadata refresh of each target (see the module doc).
-
-    ``synthetic_sla_broker_info``: every broker the metadata lists, with its address.
-    ``synthetic_sla_partition_leader``: each partition's leader (none while offline), so
-    that a per-partition series finds its broker in one join. As ``partition_series``
-    says: every partition (all), those in replica trouble or stale in some stage now
-    (stale: as the staleness collector says), or none.
-    ``synthetic_sla_partition_replica_problem``: each troubled partition, once, under
-    its worst problem (see probe.core.replicas.partition_problems); none with ``none``.
-    """
-
-    def __init__(self, staleness: StalenessCollector, partition_series: PartitionSeries) -> None:
-        self._staleness = staleness
-        self._partition_series = partition_series
-        # Each target's entry is replaced whole at a refresh: a scrape, on whatever
-        # thread, reads one refresh or the next, never a mix (a TopicReplicas is never
-        # changed once made).
-        self._topics: dict[str, TopicReplicas] = {}
-        self._prefixes = LinePrefixes()
-
-    def update(self, target: str, topic: TopicReplicas) -> None:
-        self._topics[target] = topic
-
-    def leader_of(self, target: str, partition: int) -> int | None:
-        """The partition's leader at the target's last refresh (None: unknown, offline)."""
-        topic = self._topics.get(target)
-        return None if topic is None else topic.leader_of(partition)
-
-    def collect(self) -> Iterator[Metric]:
-        brokers = InfoMetricFamily(
-            "synthetic_sla_broker",
-            "Every broker the last metadata refresh listed, with its address (host:port). "
-            "A broker that is down is not listed.",
-            labels=["target", "broker"],
-        )
-        leaders = RenderedGauge(
-            "synthetic_sla_partition_leader",
-            "1 for the broker leading the partition now (an offline partition has none), "
-            "to join per-partition series to their broker. Which partitions have a "
-            "series: metrics.partition_series (all; stale: stale or in replica trouble; "
-            "none).",
-            labels=["target", "partition", "broker"],
-        )
-        problems = RenderedGauge(
-            "synthetic_sla_partition_replica_problem",
-            "1 for each canary partition in replica trouble, under its worst problem: "
-            "offline (no leader; leader none), under_min_isr, under_replicated. None with "
-            "metrics.partition_series none.",
-            labels=["target", "partition", "leader", "problem"],
-        )
-        mode = self._partition_series
-        for target, topic in sorted(self._topics.items()):
-            for broker in sorted(topic.brokers):
-                brokers.add_metric(
-                    [target, str(broker)], {"address": topic.addresses.get(broker, "")}
-                )
-            if mode is PartitionSeries.NONE:
-                continue
-            troubled = partition_problems(topic)
-            for trouble in troubled:
-                leader = "none" if trouble.leader is None else str(trouble.leader)
-                self._add(problems, target, str(trouble.partition), leader, trouble.problem.value)
-            shown: set[int] | None = None  # every partition
-            if mode is PartitionSeries.STALE:
-                shown = {t.partition for t in troubled} | self._staleness.stale_partitions(target)
-            for number in sorted(topic.partitions if shown is None else shown):
-                leader_id = topic.leader_of(number)
-                if leader_id is not None:
-                    self._add(leaders, target, str(number), str(leader_id))
-        self._prefixes.trim(leaders.series() + problems.series())  # gone, or recovered
-        yield brokers
-        yield leaders
-        yield problems
-
-    def _add(self, family: RenderedGauge, *labels: str) -> None:
-        self._prefixes.add(family, (family.name, *labels), labels, 1.0)
-
-
-class SpanDropCollector(Collector):
-    """`synthetic_sla_spans_dropped_total{reason}`: spans that never reached the
-    collector (probe.tracing counts them on the exporter's thread), read at scrape time.
-    Both reasons exist at zero from the start, exporting or not."""
-
-    def __init__(self, stats: tracing.ExportStats) -> None:
-        self._stats = stats
-
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(
-            "synthetic_sla_spans_dropped",
-            "Spans dropped on their way to the OTLP collector: queue_full (the bounded "
-            "export queue had no room) or export_failed (the collector did not take them).",
-            labels=["reason"],
-        )
-        dropped = self._stats.dropped()
-        for reason in tracing.DROP_REASONS:
-            family.add_metric([reason], float(dropped.get(reason, 0)))
-        yield family
-
-
-_BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-
-
-# Why a sink query had to be restarted (probe.spark.health.failure_reason).
-RESTART_REASONS = ("checkpoint", "source", "batch", "stopped", "start", "jvm")
-
-
-def good_seconds(since_s: float, until_s: float, watermark_s: float, threshold_s: float) -> float:
-    """Seconds of [since, until] during which the skew (now - watermark) was below the
-    threshold, the watermark fixed over the span (it moves only at a batch).
-
-    The skew rises one second per second, so the good part is the start of the span
-    up to ``watermark + threshold``.
-
-    >>> good_seconds(100.0, 110.0, watermark_s=0.0, threshold_s=105.0)
-    5.0
-    """
-    return max(0.0, min(until_s, watermark_s + threshold_s) - since_s)
-
-
-class SinkQueryMetrics(Collector):
-    """The Spark sink query's own series (see probe.spark.health for what each means).
-
-    Fed once per micro-batch from Spark's progress events, on Spark's listener thread,
-    and by the restart supervisor. Watermark skew, the skew budget, source lag and the
-    time since the last batch are computed at scrape time from the last values seen,
-    so they keep moving while the query is stalled or down and no event arrives.
-
-    The skew SLO counts seconds, not batches: good seconds (skew below
-    ``skew_threshold_s``) and observed seconds advance exactly at every scrape and
-    batch, so a stream that stalls burns its budget with no record arriving.
-    """
-
-    def __init__(
-        self,
-        registry: CollectorRegistry,
-        target: str,
-        clock_ns: Callable[[], int] = time.time_ns,
-        skew_threshold_s: float = 120.0,
-    ) -> None:
-        self.target = target
-        self._clock_ns = clock_ns
-        self._lock = threading.Lock()
-        self._started_ns = clock_ns()
-        self._watermark_ns: int | None = None
-        self._lag: int | None = None
-        self._last_batch_ns: int | None = None
-        self._skew_threshold_s = skew_threshold_s
-        self._evaluated_ns = self._started_ns
-        self._good_s = 0.0
-        self._observed_s = 0.0
-        # For the status page (progress()): batches seen, restarts, given up.
-        self._batches = 0
-        self._restarts = 0
-        self._running = False
-        self._given_up = False
-        self.batch_duration = Histogram(
-            "synthetic_sla_spark_batch_duration_seconds",
-            "Wall time of each micro-batch of the sink query.",
-            ["target"],
-            buckets=_BATCH_BUCKETS,
-            registry=registry,
-        )
-        self.commit_duration = Histogram(
-            "synthetic_sla_spark_commit_duration_seconds",
-            "Time to write the offset WAL and the commit log of each micro-batch.",
-            ["target"],
-            buckets=_BATCH_BUCKETS,
-            registry=registry,
-        )
-        self.overruns = Counter(
-            "synthetic_sla_spark_trigger_overruns",
-            "Micro-batches that took longer than the trigger interval.",
-            ["target"],
-            registry=registry,
-        )
-        self.dropped = Counter(
-            "synthetic_sla_spark_rows_dropped_by_watermark",
-            "Rows older than the watermark, dropped before the judge.",
-            ["target"],
-            registry=registry,
-        )
-        self.query_up = Gauge(
-            "synthetic_sla_spark_query_up",
-            "1 while the sink query runs; 0 while it is starting, down, restarting or given up.",
-            ["target"],
-            registry=registry,
-        )
-        self.restarts = Counter(
-            "synthetic_sla_spark_query_restarts",
-            "Restarts of the sink query by why it ended: checkpoint (its offset or commit "
-            "log, or its state), source (reading Kafka), batch (the batch itself, e.g. "
-            "writing tables), stopped (ended without an error), start (a start failed or made "
-            "no first batch in time), jvm (Spark's JVM went away).",
-            ["target", "reason"],
-            registry=registry,
-        )
-        self.given_up = Gauge(
-            "synthetic_sla_spark_query_failed",
-            "1 once the sink query failed too often to restart (the restart strategy's "
-            "failure-rate cap): the stage is given up until the probe restarts.",
-            ["target"],
-            registry=registry,
-        )
-        for metric in (
-            self.batch_duration,
-            self.commit_duration,
-            self.overruns,
-            self.dropped,
-            self.query_up,
-            self.given_up,
-        ):
-            metric.labels(target)
-        for reason in RESTART_REASONS:
-            self.restarts.labels(target, reason)
-        registry.register(self)
-
-    def batch(
-        self,
-        *,
-        duration_s: float | None,
-        trigger_s: float,
-        commit_s: float,
-        dropped: int,
-        watermark_ns: int | None,
-        lag: int | None,
-    ) -> None:
-        """One micro-batch's figures; None for what it did not report."""
-        if duration_s is not None:
-            self.batch_duration.labels(self.target).observe(duration_s)
-            if duration_s > trigger_s:
-                self.overruns.labels(self.target).inc()
-        self.commit_duration.labels(self.target).observe(commit_s)
-        if dropped:
-            self.dropped.labels(self.target).inc(dropped)
-        now_ns = self._clock_ns()
-        with self._lock:
-            # The span up to now was under the old watermark.
-            self._advance(now_ns)
-            self._last_batch_ns = now_ns
-            self._batches += 1
-            if watermark_ns:
-                self._watermark_ns = watermark_ns
-            if lag is not None:
-                self._lag = lag
-
-    def source_lag(self, records: int) -> None:
-        """The records of the topic the sink has not judged yet, measured now
-        (probe.spark.lag), whether or not a batch ran."""
-        with self._lock:
-            self._lag = records
-
-    def up(self, running: bool) -> None:
-        self._running = running
-        self.query_up.labels(self.target).set(1 if running else 0)
-
-    def restarted(self, reason: str) -> None:
-        self._restarts += 1
-        self.restarts.labels(self.target, reason).inc()
-
-    def failed(self) -> None:
-        self._given_up = True
-        self.given_up.labels(self.target).set(1)
-        self.up(False)
-
-    def progress(self) -> SinkBatchProgress:
-        """The query's progress for the status page, from the same figures as the series."""
-        now_ns = self._clock_ns()
-        with self._lock:
-            watermark, lag, last_batch = self._watermark_ns, self._lag, self._last_batch_ns
-            batches = self._batches
-        return SinkBatchProgress(
-            running=self._running,
-            batches=batches,
-            last_batch_age_s=None if last_batch is None else max(0, now_ns - last_batch) / 1e9,
-            watermark_skew_s=max(0, now_ns - (watermark or self._started_ns)) / 1e9,
-            lag_records=lag,
-            restarts=self._restarts,
-            given_up=self._given_up,
-        )
-
-    def _advance(self, now_ns: int) -> None:
-        """Move the skew budget to now (the lock held)."""
-        if now_ns <= self._evaluated_ns:
-            return
-        watermark_s = (self._watermark_ns or self._started_ns) / 1e9
-        since_s, until_s = self._evaluated_ns / 1e9, now_ns / 1e9
-        self._good_s += good_seconds(since_s, until_s, watermark_s, self._skew_threshold_s)
-        self._observed_s += until_s - since_s
-        self._evaluated_ns = now_ns
-
-    def collect(self) -> Iterator[Metric]:
-        now_ns = self._clock_ns()
-        with self._lock:
-            self._advance(now_ns)
-            watermark, lag, last_batch = self._watermark_ns, self._lag, self._last_batch_ns
-            good_s, observed_s = self._good_s, self._observed_s
-        skew = GaugeMetricFamily(
-            "synthetic_sla_watermark_skew_seconds",
-            "Now minus the sink query's event-time watermark (since start until the first).",
-            labels=["target"],
-        )
-        skew.add_metric([self.target], max(0, now_ns - (watermark or self._started_ns)) / 1e9)
-        yield skew
-        good = CounterMetricFamily(
-            "synthetic_sla_watermark_skew_good_seconds",
-            f"Seconds the watermark skew spent below its SLO threshold "
-            f"({self._skew_threshold_s:g}s, sink.skew_threshold).",
-            labels=["target"],
-        )
-        good.add_metric([self.target], good_s)
-        yield good
-        observed = CounterMetricFamily(
-            "synthetic_sla_watermark_skew_observed_seconds",
-            "Seconds the watermark skew was observed (the skew SLO's total).",
-            labels=["target"],
-        )
-        observed.add_metric([self.target], observed_s)
-        yield observed
-        since_batch = GaugeMetricFamily(
-            "synthetic_sla_spark_seconds_since_last_batch",
-            "Now minus the end of the sink query's last micro-batch (since start until the first).",
-            labels=["target"],
-        )
-        since_batch.add_metric(
-            [self.target], max(0, now_ns - (last_batch or self._started_ns)) / 1e9
-        )
-        yield since_batch
-        lag_family = GaugeMetricFamily(
-            "synthetic_sla_spark_source_lag_records",
-            "Records in the topic the sink query has not judged yet: the log ends minus "
-            "the offsets it last committed, kept up to date while it fails or restarts.",
-            labels=["target"],
-        )
-        lag_family.add_metric([self.target], float(lag or 0))
-        yield lag_family
 
 
 class ProbeMetrics:

@@ -158,7 +158,7 @@ def _offset_map(text: str | None) -> dict[str, int] | None:
 
 class SparkHealth:
     """Turns one sink query's progress events into its series
-    (:class:`probe.metrics.SinkQueryMetrics`, declared with every other series)."""
+    (:class:`probe.metrics.sink.SinkQueryMetrics`, declared with every other series)."""
 
     def __init__(
         self,

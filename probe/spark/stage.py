@@ -65,7 +65,7 @@ LAG_INTERVAL = 10.0
 @dataclass(frozen=True)
 class Ended:
     """Why a sink query is no longer running: the ``reason`` label of its restart
-    (probe.metrics.RESTART_REASONS) and the words for a log line or /readyz."""
+    (probe.metrics.sink.RESTART_REASONS) and the words for a log line or /readyz."""
 
     reason: str
     detail: str

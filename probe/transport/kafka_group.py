@@ -6,7 +6,7 @@ fetch their committed offsets, commit as they go and stall while the group
 rebalances. This reader goes through all of it, so a coordinator that is down or
 moving, an ``__consumer_offsets`` partition without a leader, commits that time out
 and rebalance storms show up as they do for those consumers: canaries late or lost
-at ``stage="group"``, and the group's own series (probe.group_metrics).
+at ``stage="group"``, and the group's own series (probe.metrics.group).
 
 **Positions.** The member joins a group of its own (``group.id``, by default one per
 probe), so it is assigned every partition. On its first assignment a partition
@@ -106,7 +106,7 @@ def commit_failure_reason(exc: BaseException) -> CommitFailure:
 
 
 class GroupRecorder(Protocol):
-    """Where the member's own events go (probe.group_metrics.GroupMetrics)."""
+    """Where the member's own events go (probe.metrics.group.GroupMetrics)."""
 
     def committed(self, target: str, seconds: float) -> None: ...
 
