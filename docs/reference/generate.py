@@ -260,7 +260,7 @@ def _type_text(annotation: object, metadata: Sequence[object] = ()) -> str:
 
 
 def _duration_bounds(metadata: list[object]) -> tuple[float, float] | None:
-    """The inclusive bounds that probe.config._between closed over."""
+    """The inclusive bounds that probe.config.durations._between closed over."""
     for item in metadata:
         check = getattr(item, "func", None)
         if callable(check) and check.__qualname__.startswith("_between."):
@@ -404,7 +404,7 @@ def configuration_page() -> str:
         _banner("configuration.md"),
         "# Configuration reference\n",
         "Every setting of the YAML file (`--config`), section by section, generated from "
-        "the pydantic models of `probe/config.py`. A flag wins over its `SLA_PROBE_*` "
+        "the pydantic models of `probe/config/`. A flag wins over its `SLA_PROBE_*` "
         "variable, which wins over the file. Durations are written `500ms`, `20s`, "
         "`1m30s`, `2h` or as plain seconds; their bounds are inclusive. The description "
         "is the setting's own (`Field(description=...)`), else its comment in the YAML "
