@@ -7,10 +7,11 @@
     sla-probe keygen --output ring.json
     sla-probe keygen --add ring.json --kid k2       # key rotation: --add, --activate, --drop
 
-Every flag can also be set as ``SLA_PROBE_<FLAG>`` (``--bootstrap-servers`` is
-``SLA_PROBE_BOOTSTRAP_SERVERS``); flags win over the environment, which wins over
-the ``--config`` YAML file. Exit codes: 0 all canaries delivered, 1 SLO failed,
-2 usage or configuration error (one line on stderr naming the field, e.g.
+Every flag of once, run, sink and reconcile can also be set as ``SLA_PROBE_<FLAG>``
+(``--bootstrap-servers`` is ``SLA_PROBE_BOOTSTRAP_SERVERS``); flags win over the
+environment, which wins over the ``--config`` YAML file. Exit codes: 0 all canaries
+delivered, 1 SLO failed, 2 usage or configuration error (one line on stderr naming the
+field, e.g.
 ``sla-probe: config error: kafka.bootstrap_servers: is empty; ...``).
 """
 
