@@ -30,7 +30,7 @@ from probe.metrics import (
     stale_after,
 )
 from tests.conftest import RunningProbe, Samples, parse_samples, run_args, sample, wait_for
-from tests.test_replicas import recorded_topic
+from tests.core.test_replicas import recorded_topic
 
 SECOND = 1_000_000_000
 OWN = OwnProbe("p1", incarnation=1)

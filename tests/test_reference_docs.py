@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from probe.config import parse_duration
-from tests.test_config import DURATION_BOUNDS
+from tests.config.test_config import DURATION_BOUNDS
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
@@ -115,7 +115,7 @@ def test_a_setting_row_holds_its_type_default_bounds_and_variable() -> None:
 def test_duration_bounds_are_the_ones_the_config_enforces(
     field: str, low: str, high: str, default: str
 ) -> None:
-    """tests/test_config.py checks these bounds against load(); the page must agree."""
+    """tests/config/test_config.py checks these bounds against load(); the page must agree."""
     kind, shown_default, bounds = SETTINGS[field][1:4]
     assert kind == "duration"
     page_low, page_high = bounds.split("..")

@@ -3,7 +3,7 @@ the brokers behind them named, from the shape the clients hold.
 
 Table-driven over hand-built topics, and over recorded 3-broker metadata in the shape
 aiokafka's ClusterMetadata holds it (tests/data/metadata_3_brokers.json); the real
-broker's metadata is mapped in tests/test_target.py.
+broker's metadata is mapped in tests/stages/test_target.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from probe.core.replicas import (
     topic_replicas,
 )
 
-RECORDED = Path(__file__).parent / "data" / "metadata_3_brokers.json"
+RECORDED = Path(__file__).parents[1] / "data" / "metadata_3_brokers.json"
 
 
 def recorded_topic() -> TopicReplicas:

@@ -6,7 +6,7 @@ import pytest
 
 from probe.core.leadership import LeaderKeeper, LeaderPlan, Reassignment, plan_leaders
 from probe.core.replicas import PartitionReplicas, TopicReplicas, replica_health
-from tests.test_replicas import recorded_topic
+from tests.core.test_replicas import recorded_topic
 
 
 def _topic(brokers: str, *partitions: tuple[int | None, str, str]) -> TopicReplicas:

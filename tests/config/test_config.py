@@ -105,7 +105,7 @@ def test_keygen_writes_a_private_key_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "example", sorted((Path(__file__).parents[1] / "docs" / "examples").glob("*.yaml")), ids=str
+    "example", sorted((Path(__file__).parents[2] / "docs" / "examples").glob("*.yaml")), ids=str
 )
 def test_shipped_example_configs_are_valid(example: Path) -> None:
     # A SASL password comes from the environment, never from a shipped file.
@@ -254,7 +254,7 @@ def test_duration_bounds(field: str, low: str, high: str, default: str) -> None:
 
 
 def test_the_configuration_page_documents_the_duration_bounds() -> None:
-    page = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     rows = re.findall(r"^\| `([a-z_.]+)` \| (\S+) \| (\S+) \| (\S+) \|$", page, re.MULTILINE)
     assert sorted(rows) == sorted(DURATION_BOUNDS)
 
