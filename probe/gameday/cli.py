@@ -76,7 +76,8 @@ def _scenarios(paths: tuple[Path, ...], all_dir: Path | None, slow: bool) -> lis
 @click.option(
     "--write-table",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Replace the detection table in this Markdown file (between its markers).",
+    help="Write the detection table into this Markdown file (between its markers): the "
+    "whole table with --all, only the named scenarios' rows otherwise.",
 )
 @click.option(
     "--workdir",
@@ -124,7 +125,9 @@ def gameday(
                 click.echo(table(result), err=True)
         rows = [row for result in results for row in markdown_rows(result)]
         if write_table is not None:
-            write_table.write_text(splice_table(write_table.read_text(), rows))
+            # A run of named scenarios updates their rows only; --all writes the table.
+            ran = None if all_dir is not None else [r.scenario.name for r in results]
+            write_table.write_text(splice_table(write_table.read_text(), rows, ran))
         click.echo("\n".join(MARKDOWN_HEADER + rows))
     else:
         click.echo("\n\n".join(table(result) for result in results))

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from probe.gameday.report import markdown_rows, table, to_json
+from probe.gameday.report import (
+    MARKDOWN_HEADER,
+    TABLE_END,
+    TABLE_START,
+    markdown_rows,
+    splice_table,
+    table,
+    to_json,
+)
 from probe.gameday.runner import GamedayResult
 from probe.gameday.scenario import Scenario
 from probe.gameday.verdict import PhaseTimes, TimelineVerdict
@@ -61,3 +69,39 @@ def test_the_lost_canaries_are_in_every_report() -> None:
     assert markdown_rows(failed)[0].endswith("| 0 | FAIL |")
     # Without max_lost, the table keeps its rows as they were.
     assert len(markdown_rows(_result(None, {"lost": 1.0}))) == 1
+
+
+def _document(*rows: str) -> str:
+    table_text = "\n".join([*MARKDOWN_HEADER, *rows])
+    return f"# Detection\n\n{TABLE_START}\n{table_text}\n{TABLE_END}\n\nAfter.\n"
+
+
+def _row(scenario: str, what: str) -> str:
+    return f"| {scenario} | {what} | 1 | 2 | 3 | pass |"
+
+
+def test_a_run_of_all_scenarios_writes_the_whole_table() -> None:
+    old = _document(_row("a", "old"), _row("b", "old"))
+    written = splice_table(old, [_row("c", "new")])
+    assert _row("c", "new") in written
+    assert "| a |" not in written
+    assert "| b |" not in written
+    assert written.endswith(f"{TABLE_END}\n\nAfter.\n")
+
+
+def test_a_run_of_named_scenarios_replaces_only_their_rows_in_place() -> None:
+    old = _document(_row("a", "old 1"), _row("a", "old 2"), _row("b", "old"), _row("c", "old"))
+    written = splice_table(
+        old, [_row("b", "new 1"), _row("b", "new 2"), _row("d", "new")], ["b", "d"]
+    )
+    rows = [
+        line for line in written.splitlines() if line.startswith("| ") and "scenario" not in line
+    ]
+    assert rows == [
+        _row("a", "old 1"),
+        _row("a", "old 2"),
+        _row("b", "new 1"),
+        _row("b", "new 2"),
+        _row("c", "old"),
+        _row("d", "new"),  # a scenario the table did not hold yet: at the end
+    ]
