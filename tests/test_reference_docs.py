@@ -111,6 +111,17 @@ def test_a_setting_row_holds_its_type_default_bounds_and_variable() -> None:
     assert SETTINGS["kafka.sasl.mechanism"][2] == "required"
 
 
+def test_a_setting_without_a_guide_comment_or_flag_is_described_by_its_source_comment() -> None:
+    # sink.allowed_lateness has neither a line in configuration.md's YAML block nor a
+    # flag: its description is the comment above the field in probe/config/sink.py.
+    assert SETTINGS["sink.allowed_lateness"][6] == (
+        "The event-time watermark trails the newest canary by this much."
+    )
+    # A comment of several lines is one paragraph; a field without one stays blank.
+    assert SETTINGS["sink.restart.reset_after"][6].startswith("A query that ran this long")
+    assert SETTINGS["kafka.tls.key_file"][6] == ""
+
+
 @pytest.mark.parametrize(("field", "low", "high", "default"), DURATION_BOUNDS)
 def test_duration_bounds_are_the_ones_the_config_enforces(
     field: str, low: str, high: str, default: str

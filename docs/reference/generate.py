@@ -360,11 +360,41 @@ def sections(model: type[BaseModel] = ProbeConfig, path: str = "") -> list[Secti
     return found
 
 
+# A field of a section model: at the class body's indentation, a name and its type.
+_FIELD_LINE = re.compile(r"^    ([a-z_][a-z0-9_]*)\s*:")
+_COMMENT_LINE = re.compile(r"^    # ?(.*)$")
+
+
+def source_comments(model: type[BaseModel]) -> dict[str, str]:
+    """Each field's comment in the model's source: the comment lines right above it,
+    as one paragraph. Read from the model and the models it extends, nearest first."""
+    found: dict[str, str] = {}
+    for cls in model.__mro__:
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+            continue
+        try:
+            lines = inspect.getsource(cls).splitlines()
+        except (OSError, TypeError):  # defined where no source is kept
+            continue
+        above: list[str] = []
+        for line in lines:
+            field = _FIELD_LINE.match(line)
+            comment = _COMMENT_LINE.match(line)
+            if comment:
+                above.append(comment.group(1).strip())
+                continue
+            if field and above:
+                found.setdefault(field.group(1), " ".join(above))
+            above = []
+    return found
+
+
 def _setting_row(
     dotted: str,
     info: FieldInfo,
     sources: SettingSources | None,
     comments: dict[str, str],
+    code_comment: str | None = None,
 ) -> list[str]:
     metadata = [*info.metadata, *_metadata(info.annotation)]
     kind = _type_text(info.annotation, info.metadata)
@@ -384,7 +414,11 @@ def _setting_row(
         )
         variables = ", ".join(_code(variable) for variable in sources.variables)
     description = (
-        info.description or comments.get(dotted) or (sources.help if sources else None) or ""
+        info.description
+        or comments.get(dotted)
+        or (sources.help if sources else None)
+        or code_comment
+        or ""
     )
     return [
         _code(dotted),
@@ -408,7 +442,8 @@ def configuration_page() -> str:
         "variable, which wins over the file. Durations are written `500ms`, `20s`, "
         "`1m30s`, `2h` or as plain seconds; their bounds are inclusive. The description "
         "is the setting's own (`Field(description=...)`), else its comment in the YAML "
-        "block of [configuration.md](../configuration.md), else the help of its flag.\n",
+        "block of [configuration.md](../configuration.md), else the help of its flag, else "
+        "its comment in the model's source.\n",
     ]
     header = ["setting", "type", "default", "bounds", "flag", "environment", "description"]
     for section in sections():
@@ -417,12 +452,14 @@ def configuration_page() -> str:
         intro = _first_paragraph(_own_doc(section.model))
         if intro:
             out.append(_md(intro) + "\n")
+        code_comments = source_comments(section.model)
         rows = [
             _setting_row(
                 f"{section.path}.{name}" if section.path else name,
                 info,
                 sources.get(f"{section.path}.{name}" if section.path else name),
                 comments,
+                code_comments.get(name),
             )
             for name, info in section.model.model_fields.items()
         ]

@@ -39,6 +39,7 @@ class PushGatewayConfig(_Section):
     job: str = Field(default="synthetic-sla-smoke", min_length=1, max_length=200)
     instance: str | None = Field(default=None, min_length=1, max_length=200)
     grouping: dict[str, str] = Field(default_factory=dict)
+    # A push that takes longer fails (logged; `once` keeps its own exit code).
     timeout: Annotated[Duration, _between(0.1, 5 * MINUTE)] = 10.0
     username: str | None = Field(default=None, min_length=1)
     password: SecretStr | None = None
@@ -85,6 +86,8 @@ class OnceConfig(_Section):
     rounds: int = Field(default=3, ge=1, le=1000)
     # A smoke test may go faster than `run` (100 ms), and must end in minutes.
     interval: Annotated[Duration, _between(0.1, 5 * MINUTE)] = 1.0
+    # How long `once` waits for an acknowledged canary before it is lost: its run takes
+    # at most rounds x interval plus this.
     loss_timeout: Annotated[Duration, _between(1.0, HOUR)] = 10.0
     # Probe a Kafka broker started for this run (the embedded one), on request only: a
     # deploy pipeline whose broker setting went missing must fail, not pass against a

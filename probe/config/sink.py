@@ -27,13 +27,19 @@ class RestartConfig(_Section):
     query: it exits for its supervisor.
     """
 
+    # The delay before the first restart after a failure.
     initial_delay: Annotated[Duration, _between(0.01, HOUR)] = 1.0
+    # Each further failure multiplies the delay by this.
     multiplier: float = Field(default=1.5, ge=1.0, le=10.0)
+    # The delay grows no longer than this.
     max_delay: Annotated[Duration, _between(0.01, DAY)] = 60.0
+    # Each delay spread by this share either way, so restarts do not fall in step.
     jitter: float = Field(default=0.1, ge=0.0, le=1.0)
     # A query that ran this long without failing starts over at initial_delay.
     reset_after: Annotated[Duration, _between(1.0, 7 * DAY)] = HOUR
+    # This many failures within failure_window give the stage up (reported failed).
     max_failures: int = Field(default=10, ge=1, le=10_000)
+    # The window max_failures are counted in.
     failure_window: Annotated[Duration, _between(1.0, 7 * DAY)] = HOUR
 
 
@@ -49,7 +55,10 @@ class SinkConfig(_Section):
     # Tables (canaries/, quarantine/, verdicts/) and, by default, the checkpoint live
     # under it; any Hadoop-compatible URI. `once` uses a fresh temporary one if unset.
     path: str | None = None
+    # The query's checkpoint (offsets, commits, the judge's state); default
+    # <path>/_checkpoint. Never deleted to get a query going: see docs/runbooks.md.
     checkpoint: str | None = None
+    # How often a micro-batch starts (Spark's processing-time trigger).
     trigger: Annotated[Duration, _between(0.1, HOUR)] = 2.0
     # The sink's own freshness deadline: a stream processor adds its trigger interval
     # and batch time to the broker's latency, so it gets a looser bound than judge.freshness.
@@ -62,7 +71,10 @@ class SinkConfig(_Section):
     latency_threshold: Annotated[Duration, _between(0.001, HOUR)] = 5.0
     # The event-time watermark trails the newest canary by this much.
     allowed_lateness: Annotated[Duration, _between(1.0, DAY)] = 60.0
+    # At most this many records a micro-batch reads (null: no bound), so a backlog is
+    # worked off in batches of a bounded time.
     max_records_per_batch: int | None = Field(default=10_000, ge=1)
+    # Where a query without a checkpoint starts reading the topic.
     starting_offsets: Literal["latest", "earliest"] = "latest"
     # What the sink and reconcile read Kafka with: the probe's own Python source
     # (sla_kafka, pip alone) or Spark's own connector (kafka: spark-sql-kafka-0-10, its
