@@ -4,12 +4,22 @@ and the reconciliation alerts following the values."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import pytest
 
-from tests.test_chart import CHART, KUBERNETES_VERSIONS, Manifest, render, validate
+from probe.config import ProbeConfig, load, require_for_reconcile
+from tests.test_chart import (
+    CHART,
+    KUBERNETES_VERSIONS,
+    VALUE_SETS,
+    Manifest,
+    _config_text,
+    render,
+    validate,
+)
 from tests.test_slo_rules import render_rules
 
 VALUES: dict[str, Any] = {
@@ -138,3 +148,45 @@ def test_the_alerts_follow_the_reconcile_values() -> None:
     assert [r.get("alert") for r in group["rules"] if "alert" in r] == [
         "SyntheticSlaReconciliationMismatch"
     ]
+
+
+def test_with_the_sink_in_its_own_deployment_reconcile_reads_the_sinks_own_table(
+    tmp_path: Path,
+) -> None:
+    """spark.enabled leaves probe.yaml without a sink path (helm test must never touch
+    the live sink's tables): reconcile reads reconcile.yaml, where the sink's table is
+    where the sink workload writes it, per release here, and the object store's
+    settings come along, but not the sink pod's Spark sizing."""
+    features = VALUE_SETS["all-features"]
+    values = {
+        **features,
+        "spark": {**features["spark"], "sinkPathPerRelease": True},
+        "reconcile": {"enabled": True},
+    }
+    manifests = render(values)
+    (container,) = _reconcile(manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
+    variables = {variable["name"]: variable.get("value") for variable in container["env"]}
+    assert variables["SLA_PROBE_CONFIG"] == "/etc/sla-probe/config/reconcile.yaml"
+    # As the pod loads it: the key file from its variable.
+    key_file = {"signing_key_file": variables["SLA_PROBE_SIGNING_KEY_FILE"]}
+    reconcile = _loaded(manifests, tmp_path, "reconcile.yaml", key_file)
+    sink = _loaded(manifests, tmp_path, "sink.yaml")
+    probes = _loaded(manifests, tmp_path, "probe.yaml")
+    assert sink.sink.path == "s3a://sla-probe/orders-sink/streaming/orders"
+    assert reconcile.sink.path == sink.sink.path
+    table, report = require_for_reconcile(reconcile)
+    assert (table, report) == (f"{sink.sink.path}/canaries", f"{sink.sink.path}/reconciliation")
+    assert probes.sink.path is None
+    region = "spark.hadoop.fs.s3a.endpoint.region"
+    assert reconcile.sink.spark_conf[region] == sink.sink.spark_conf[region]
+    assert "spark.driver.memory" in sink.sink.spark_conf
+    assert "spark.driver.memory" not in reconcile.sink.spark_conf
+    assert reconcile.sink.master != sink.sink.master
+
+
+def _loaded(
+    manifests: list[Manifest], tmp_path: Path, name: str, overrides: dict[str, Any] | None = None
+) -> ProbeConfig:
+    path = tmp_path / name
+    path.write_text(_config_text(manifests, name))
+    return load(path, overrides or {})
