@@ -458,8 +458,7 @@ def run(config_file: Path | None, **flags: Any) -> None:
     try:
         loop.run(serve(config, keyring))
     except ConfigError as error:
-        # Found only when the service starts: the metrics port or host
-        # (probe/endpoints.py).
+        # Found only when the service starts: the metrics port or host (probe/endpoints.py).
         _fail_config(error)
     finally:
         tracing.shutdown()

@@ -484,19 +484,15 @@ class KafkaCluster(Started):
         raise TransportError(f"Kafka cluster: brokers {sorted(seen)} of {wanted} by the deadline")
 
     def stop(self) -> None:
-        running = [n for n in self.nodes.values() if n.running]
-        for node in self.nodes.values():
-            if not node.running:
-                node.stop()  # forgets the process that ended
-        if len(running) <= len(self.nodes) // 2:
+        if sum(n.running for n in self.nodes.values()) <= len(self.nodes) // 2:
             # A controlled shutdown asks the controller quorum to move the node's
             # leaderships; with the quorum lost it waits out its whole timeout for
             # nothing (a minute for each test that left one node of three).
-            for node in running:
+            for node in self.nodes.values():
                 node.kill()
             return
-        with concurrent.futures.ThreadPoolExecutor(max(1, len(running))) as pool:
-            list(pool.map(lambda n: n.stop(), running))
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
+            list(pool.map(lambda n: n.stop(), self.nodes.values()))
 
     def resident_bytes(self) -> int:
         return sum(n.resident_bytes() for n in self.nodes.values())

@@ -126,8 +126,8 @@ def gameday(
         rows = [row for result in results for row in markdown_rows(result)]
         if write_table is not None:
             # A run of named scenarios updates their rows only; --all writes the table.
-            ran = None if all_dir is not None else [r.scenario.name for r in results]
-            write_table.write_text(splice_table(write_table.read_text(), rows, ran))
+            document = write_table.read_text()
+            write_table.write_text(splice_table(document, rows, theirs_only=all_dir is None))
         click.echo("\n".join(MARKDOWN_HEADER + rows))
     else:
         click.echo("\n\n".join(table(result) for result in results))

@@ -92,7 +92,7 @@ def test_a_run_of_all_scenarios_writes_the_whole_table() -> None:
 def test_a_run_of_named_scenarios_replaces_only_their_rows_in_place() -> None:
     old = _document(_row("a", "old 1"), _row("a", "old 2"), _row("b", "old"), _row("c", "old"))
     written = splice_table(
-        old, [_row("b", "new 1"), _row("b", "new 2"), _row("d", "new")], ["b", "d"]
+        old, [_row("b", "new 1"), _row("b", "new 2"), _row("d", "new")], theirs_only=True
     )
     rows = [
         line for line in written.splitlines() if line.startswith("| ") and "scenario" not in line

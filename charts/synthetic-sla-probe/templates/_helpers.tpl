@@ -360,6 +360,16 @@ sink's tables and checkpoint.
 {{- end -}}
 {{- end -}}
 
+{{/* A sink section's path and checkpoint set, in place, to where the sink workload uses
+     them (sinkLocation): its own config file and reconcile's read the same tables. */}}
+{{- define "synthetic-sla-probe.resolveSinkLocations" -}}
+{{- range $field := list "path" "checkpoint" -}}
+{{- if dig $field "" $.sink -}}
+{{- $_ := set $.sink $field (include "synthetic-sla-probe.sinkLocation" (dict "root" $.root "path" (get $.sink $field))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 The sink workload's config file (`sla-probe sink`): the shared settings, the sink's
 path, the lateness the watermark-skew alert is built from, Spark sized by spark.cores
@@ -405,10 +415,7 @@ container's stderr keeps only the probe's JSON lines.
 {{- if and $s3a (not .Values.spark.s3a.connector) -}}
 {{- fail "config.sink.path (or checkpoint) is s3a://, which needs Hadoop's S3A connector on Spark's classpath: set spark.s3a.connector=image (an image built with --build-arg S3A=true) or packages (Spark downloads hadoop-aws at start)" -}}
 {{- end -}}
-{{- $_ := set $sink "path" (include "synthetic-sla-probe.sinkLocation" (dict "root" . "path" $sink.path)) -}}
-{{- if dig "checkpoint" "" $sink -}}
-{{- $_ := set $sink "checkpoint" (include "synthetic-sla-probe.sinkLocation" (dict "root" . "path" $sink.checkpoint)) -}}
-{{- end -}}
+{{- include "synthetic-sla-probe.resolveSinkLocations" (dict "root" . "sink" $sink) -}}
 {{- $_ := set $sink "master" (printf "local[%d]" (int .Values.spark.cores)) -}}
 {{- $_ := set $sink "allowed_lateness" .Values.spark.allowedLatenessSeconds -}}
 {{- if not (hasKey $sink "spark_log") -}}
