@@ -410,7 +410,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         partitions = self._log().partitions()
         if partitions is None:
             return {}
-        listed = (self._log().begins if starting == "earliest" else self._log().ends)(partitions)
+        try:
+            listed = (self._log().begins if starting == "earliest" else self._log().ends)(
+                partitions
+            )
+        except TopicGone:
+            return {}
         unlisted = {str(p) for p in partitions} - listed.keys()
         if unlisted:
             # Left out, they would later be read from their beginning: not a start.
@@ -423,7 +428,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Every partition's end as listed now (None: the topic does not exist)."""
         log_ = self._log()
         partitions = log_.partitions()
-        if partitions is None:
+        end: Offsets | None = None
+        if partitions is not None:
+            try:
+                end = log_.ends(partitions)
+            except TopicGone:
+                partitions = None
+        if partitions is None or end is None:
             if not self._topic_missing:
                 log.warning("topic %s not found; no batch until it exists", self.topic)
             self._topic_missing = True
@@ -432,7 +443,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._topic_missing:
             log.info("topic %s found: %s", self.topic, partitions_summary(partitions))
             self._topic_missing = False
-        end = log_.ends(partitions)
         self._listed_end = end
         present = {str(p) for p in partitions}
         # A partition without an answer this time (its leader moving) stays where it
@@ -497,7 +507,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         partitions = self._log().partitions()
-        self._available_now_target = self._log().ends(partitions or [])
+        try:
+            self._available_now_target = self._log().ends(partitions or [])
+        except TopicGone:
+            self._available_now_target = {}
 
     @staticmethod
     def _effective_start(start: Offsets, latest: Offsets, partition: str) -> int:
@@ -940,6 +953,16 @@ LIST_TIMEOUT_S = 15.0
 # ListOffsets markers: the log's first offset and its end.
 _EARLIEST, _LATEST = -2, -1
 _NO_TOPIC = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+# A listing's answers that the topic is gone: its leaders' "unknown topic", or the
+# client's own metadata, refreshed meanwhile, lacking a partition (Kafka never takes
+# partitions away: the topic was deleted, or re-created with fewer).
+_GONE = (*_NO_TOPIC, KafkaError._UNKNOWN_PARTITION)
+
+
+class TopicGone(TransportError):
+    """The brokers answered a listing with "unknown topic": the topic was deleted
+    after the metadata that named its partitions (a broker's metadata lags a
+    deletion by moments, so the listing is the later, truer answer)."""
 
 
 class TopicOffsets:
@@ -992,13 +1015,21 @@ class TopicOffsets:
         if not partitions:
             return {}
         asked = [TopicPartition(self.topic, int(p), marker) for p in partitions]
-        with self._asking("list offsets"):
-            found = self._consumer().offsets_for_times(asked, LIST_TIMEOUT_S)
+        try:
+            with self._asking("list offsets"):
+                found = self._consumer().offsets_for_times(asked, LIST_TIMEOUT_S)
+        except TransportError as exc:
+            cause = exc.__cause__
+            error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+            if isinstance(error, KafkaError) and error.code() in _GONE:
+                raise TopicGone(f"topic {self.topic} not found") from exc
+            raise
         return {str(tp.partition): tp.offset for tp in found if tp.error is None and tp.offset >= 0}
 
     def ends(self, partitions: Sequence[int | str]) -> Offsets:
         """End offsets (the next offset to be written); a partition the brokers could
-        not answer for (its leader moving) is left out."""
+        not answer for (its leader moving) is left out. Raises TopicGone when the
+        brokers no longer know the topic."""
         return self._listed(partitions, _LATEST)
 
     def begins(self, partitions: Sequence[int | str]) -> Offsets:
@@ -1011,7 +1042,10 @@ class TopicOffsets:
         partitions = self.partitions()
         if partitions is None:
             raise ValueError(f"topic {self.topic!r} not found")
-        begin, end = self.begins(partitions), self.ends(partitions)
+        try:
+            begin, end = self.begins(partitions), self.ends(partitions)
+        except TopicGone as exc:
+            raise ValueError(f"topic {self.topic!r} not found") from exc
         unlisted = {str(p) for p in partitions} - (begin.keys() & end.keys())
         if unlisted:
             raise TransportError(

@@ -5,6 +5,7 @@ create one for any client that asks."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,9 +17,11 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.config import load
+from probe.core.errors import TransportError
 from probe.spark.kafka_source import (
     KafkaStreamReader,
     OffsetRange,
+    TopicGone,
     TopicOffsets,
     plan_batch,
     read_ranges,
@@ -74,6 +77,63 @@ def test_records_deleted_inside_a_range_are_skipped(kafka_cluster: KafkaCluster)
         assert offsets.bounds() == ({"0": 6, "1": 4}, {"0": 10, "1": 4})
     finally:
         offsets.close()
+
+
+class _StaleMetadata(TopicOffsets):
+    """Metadata as a broker that has not yet heard of the topic's deletion gives it."""
+
+    def partitions(self) -> list[int] | None:
+        return [0, 1]
+
+
+def _until_listed(offsets: TopicOffsets, ends: dict[str, int]) -> None:
+    """Waits out a new topic's elections (its leaders answer "not leader" meanwhile)."""
+    deadline = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(TransportError):
+            if offsets.ends(list(map(int, ends))) == ends:
+                return
+        assert time.monotonic() < deadline, f"{offsets.topic}: ends never listed as {ends}"
+        time.sleep(0.2)
+
+
+def _listing_once_gone(offsets: TopicOffsets) -> TopicGone:
+    """What listing the ends raises once the leaders have applied a deletion (they
+    list the ends still until then; any other answer fails the test)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            assert offsets.ends([0, 1]) == {"0": 0, "1": 0}
+        except TopicGone as gone:
+            return gone
+        assert time.monotonic() < deadline, f"{offsets.topic} still listed after its deletion"
+        time.sleep(0.2)
+
+
+def test_a_listing_that_meets_a_deleted_topic_takes_it_for_gone(
+    kafka_cluster: KafkaCluster,
+) -> None:
+    """A broker's metadata lags a deletion by moments: it names the partitions, then
+    their leaders answer the listing with "unknown topic". The reader believes the
+    listing: no start offsets, no new batch, "not found" for a batch read."""
+    servers = kafka_cluster.bootstrap_servers
+    topic = f"sla-{uuid.uuid4().hex[:10]}"
+    create_topic(servers, topic, 2)
+    options = {"bootstrap.servers": servers, "topic": topic}
+    reader = KafkaStreamReader(options)
+    reader._offsets = stale = _StaleMetadata(options)
+    try:
+        _until_listed(stale, {"0": 0, "1": 0})  # the client knows the leaders
+        deleting = admin(servers)  # held: a collected client fails its futures
+        deleting.delete_topics([topic], operation_timeout=30)[topic].result(60)
+        assert str(_listing_once_gone(stale)) == f"topic {topic} not found"
+        assert reader.log_start("latest") == {}
+        assert reader.latestOffset({"0": 3}, ReadAllAvailable()) == {"0": 3}
+        assert reader.reportLatestOffset() is None
+        with pytest.raises(ValueError, match="not found"):
+            stale.bounds()
+    finally:
+        reader.stop()
 
 
 # --- Brokers that create topics for any client asking ---------------------------------
