@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/bench_sink_scale.py [--broker embedded|apache-kafka]
 [--partitions 1000,10000] [--window SECONDS] [--interval 20] [--warm-up SECONDS]
-[--scrape-every SECONDS]`` (needs pyspark; ``--broker apache-kafka`` needs ``make kafka``).
+[--scrape-every SECONDS] [--log-level debug] [--keep DIR]`` (needs pyspark; ``--broker
+apache-kafka`` needs ``make kafka``).
 
 Each case is what a user runs: ``sla-probe run --stages consumer,sink`` as its own
 process (``--bootstrap-servers``, ``--topic``, ``--interval``, ``--sink-path`` in a
@@ -188,7 +189,7 @@ class Window:
 
 @contextlib.contextmanager
 def probe_process(
-    bootstrap: str, port: int, scratch: Path, interval: float
+    bootstrap: str, port: int, scratch: Path, interval: float, log_level: str = "info"
 ) -> Iterator[subprocess.Popen[bytes]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLA_PROBE_")}
     command = [
@@ -196,7 +197,7 @@ def probe_process(
         "--bootstrap-servers", bootstrap, "--topic", TOPIC,
         "--interval", f"{interval:g}s", "--sink-path", str(scratch / "sink"),
         "--spark-log", str(scratch / "spark.log"), "--metrics-port", str(port),
-        "--metrics-host", "127.0.0.1", "--allow-ephemeral-key",
+        "--metrics-host", "127.0.0.1", "--allow-ephemeral-key", "--log-level", log_level,
     ]  # fmt: skip
     with (scratch / "run.log").open("wb") as log:
         # Its own session: Spark's JVM and workers are in its group, killed with it.
@@ -355,7 +356,13 @@ def report(window: Window, partitions: int, interval: float) -> None:
 
 def run_case(partitions: int, args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
-        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-sink-scale-")))
+        if args.keep is None:
+            scratch = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-sink-scale-"))
+            )
+        else:  # the logs and tables kept for a look afterwards
+            scratch = args.keep / f"{args.broker}-{partitions}"
+            scratch.mkdir(parents=True)
         bootstrap, broker_pids = stack.enter_context(brokers(args.broker, scratch))
         began = time.monotonic()
         create_topic(bootstrap, TOPIC, partitions, apache_kafka=args.broker != "embedded")
@@ -364,7 +371,7 @@ def run_case(partitions: int, args: argparse.Namespace) -> None:
         port = free_loopback_port()
         logs = (scratch / "run.log", scratch / "spark.log")
         try:
-            with probe_process(bootstrap, port, scratch, args.interval) as probe:
+            with probe_process(bootstrap, port, scratch, args.interval, args.log_level) as probe:
                 took = wait_first_verdict(probe, port, args.first_verdict_within)
                 print(f"  first sink verdict {took:.0f}s after the probe's start", flush=True)
                 time.sleep(args.warm_up)
@@ -392,6 +399,12 @@ def main() -> None:
     )
     parser.add_argument("--scrape-every", type=float, default=5.0)
     parser.add_argument("--first-verdict-within", type=float, default=900.0)
+    parser.add_argument(
+        "--log-level", default="info", help="the probe's (debug: each batch's phases)"
+    )
+    parser.add_argument(
+        "--keep", type=Path, help="a new directory to keep each case's logs and tables in"
+    )
     args = parser.parse_args()
     if args.warm_up is None:
         args.warm_up = args.interval

@@ -28,6 +28,7 @@ The restart supervisor (probe.spark.stage) adds ``synthetic_sla_spark_query_up``
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -39,6 +40,8 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from probe.metrics import SinkQueryMetrics
 from probe.spark.lag import SourceLag
+
+log = logging.getLogger(__name__)
 
 # Spark's error classes (``[CLASS_NAME]`` in its messages) by the restart reason they
 # mean, as prefixes; the first class in a message that has a family decides.
@@ -179,6 +182,22 @@ class SparkHealth:
         """Apply one StreamingQueryProgress (from the listener or `lastProgress`)."""
         durations = progress.durationMs or {}
         batch_ms = durations.get("triggerExecution")
+        if log.isEnabledFor(logging.DEBUG) and progress.numInputRows:
+            # Where a batch's time went, by Spark's phases (latestOffset: the source's
+            # listing; addBatch: the read, the judge and foreachBatch), in one line
+            # whatever the partitions.
+            state = progress.stateOperators or []
+            log.debug(
+                "sink batch %s: %d records in %s ms (%s; judge state: updates %d ms, "
+                "commit %d ms, %d bytes)",
+                progress.batchId,
+                progress.numInputRows,
+                batch_ms,
+                ", ".join(f"{phase} {ms}" for phase, ms in sorted(durations.items())),
+                sum(op.allUpdatesTimeMs for op in state),
+                sum(op.commitTimeMs for op in state),
+                sum(op.memoryUsedBytes for op in state),
+            )
         commit_ms = durations.get("walCommit", 0) + durations.get("commitOffsets", 0)
         sources = progress.sources or []
         self.metrics.batch(

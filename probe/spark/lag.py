@@ -6,7 +6,7 @@ micro-batch that ran. While the query fails, restarts, or hangs in a batch, no
 progress comes: a lag taken from progress stands still at its last value (0 when the
 query failed on its first batch, which is what users saw while the sink fell hours
 behind). Here the probe lists the topic's log ends itself (the source's own listing:
-one Metadata request and one ListOffsets per broker, :class:`TopicOffsets`) every
+one Metadata request and a ListOffsets per broker, :class:`TopicOffsets`) every
 few seconds, and subtracts the offsets the query last committed:
 
 * those of its last progress event, when one came since the probe started;
