@@ -331,6 +331,10 @@ class KafkaNode(LoopbackServer):
         return 0
 
 
+# How long each node of a cluster stopped as a whole may take to shut down cleanly.
+CLUSTER_STOP_S = 15.0
+
+
 class KafkaCluster(Started):
     """``brokers`` KRaft nodes (broker and controller each) on loopback ports, their
     logs and data under ``workdir``. ``start`` returns once every broker is registered
@@ -491,8 +495,11 @@ class KafkaCluster(Started):
             for node in self.nodes.values():
                 node.kill()
             return
+        # All at once: the last nodes may lose the quorum while their controlled
+        # shutdown waits on it (a whole minute, seen in test teardowns), and nothing
+        # is left to take their leaderships anyway; past CLUSTER_STOP_S they are killed.
         with concurrent.futures.ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
-            list(pool.map(lambda n: n.stop(), self.nodes.values()))
+            list(pool.map(lambda n: n.stop(CLUSTER_STOP_S), self.nodes.values()))
 
     def resident_bytes(self) -> int:
         return sum(n.resident_bytes() for n in self.nodes.values())
