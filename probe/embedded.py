@@ -27,6 +27,23 @@ def free_loopback_port() -> int:
         return port
 
 
+def free_loopback_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on right now.
+
+    Each is held until all are taken: ports taken one after another may repeat (the
+    system hands a released port out again), and a server given the same port for
+    two listeners refuses to start.
+    """
+    with contextlib.ExitStack() as held:
+        socks = [
+            held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            for _ in range(count)
+        ]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
 def _accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):

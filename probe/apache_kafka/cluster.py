@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probe.core.errors import TransportError
-from probe.embedded import LoopbackServer, Started, free_loopback_port
+from probe.embedded import LoopbackServer, Started, free_loopback_ports
 
 POM = Path(__file__).with_name("pom.xml")
 
@@ -221,17 +221,19 @@ class KafkaNode(LoopbackServer):
         directory: Path,
         port: int,
         controller_port: int,
+        internal_port: int,
         voters: str,
         settings: Mapping[str, str],
         advertised_port: int | None = None,
         client_protocol: str = "PLAINTEXT",
         listeners: Mapping[str, Listener] | None = None,
+        listener_ports: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(port, log_file=directory / "server.log")
         self.node_id = node_id
         self.name = f"kafka node {node_id}"
         self.controller_port = controller_port
-        self.internal_port = free_loopback_port()
+        self.internal_port = internal_port
         self.advertised_port = advertised_port or port
         self.directory = directory
         self._libs = libs
@@ -245,7 +247,7 @@ class KafkaNode(LoopbackServer):
         more = dict(listeners or {})
         # Each further client listener's port; a client bootstrapping there is told
         # the brokers' addresses on that same listener.
-        self.listener_ports = {name: free_loopback_port() for name in more}
+        self.listener_ports = {name: (listener_ports or {})[name] for name in more}
         others = "".join(f",{n}://127.0.0.1:{p}" for n, p in self.listener_ports.items())
         protocols = "".join(f",{n}:{listener.protocol}" for n, listener in more.items())
         lines = {
@@ -383,8 +385,14 @@ class KafkaCluster(Started):
 
     def _new_nodes(self) -> dict[int, KafkaNode]:
         """Nodes on free loopback ports (the advertised ones as given)."""
-        ports = [(free_loopback_port(), free_loopback_port()) for _ in range(self._brokers)]
-        voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports, start=1))
+        # Every port of every node taken at once, so that none repeats.
+        per_node = 3 + len(self._listeners)
+        free = iter(free_loopback_ports(per_node * self._brokers))
+        ports = {
+            i: (next(free), next(free), next(free), {name: next(free) for name in self._listeners})
+            for i in range(1, self._brokers + 1)
+        }
+        voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c, _, _) in ports.items())
         return {
             i: KafkaNode(
                 i,
@@ -392,13 +400,15 @@ class KafkaCluster(Started):
                 directory=self.workdir / f"node-{i}",
                 port=port,
                 controller_port=controller,
+                internal_port=internal,
                 voters=voters,
                 settings=self._settings,
                 advertised_port=self._advertised.get(i),
                 client_protocol=self._client_protocol,
                 listeners=self._listeners,
+                listener_ports=more,
             )
-            for i, (port, controller) in enumerate(ports, start=1)
+            for i, (port, controller, internal, more) in ports.items()
         }
 
     @property

@@ -20,3 +20,24 @@ def test_a_cluster_id_that_starts_with_a_dash_is_formatted(
     for node in cluster.nodes.values():
         meta = (node.directory / "data" / "meta.properties").read_text()
         assert "cluster.id=-AbCdEfGhIjKlMnOpQrStU" in meta
+
+
+def test_no_two_listeners_of_a_cluster_share_a_port(tmp_path: Path) -> None:
+    # Ports taken one after another may repeat; a node given one port for two of its
+    # listeners refuses its configuration (formatting failed so once in CI).
+    cluster = kafka_cluster.KafkaCluster(
+        workdir=tmp_path,
+        listeners={"PLAIN2": kafka_cluster.Listener(), "PLAIN3": kafka_cluster.Listener()},
+    )
+    ports = [
+        port
+        for node in cluster.nodes.values()
+        for port in (node.port, node.controller_port, node.internal_port)
+    ] + [port for node in cluster.nodes.values() for port in node.listener_ports.values()]
+    assert len(ports) == len(set(ports)) == 15
+
+
+def test_free_loopback_ports_are_distinct() -> None:
+    from probe.embedded import free_loopback_ports  # noqa: PLC0415
+
+    assert len(set(free_loopback_ports(200))) == 200
