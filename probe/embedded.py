@@ -21,10 +21,7 @@ from probe.signals import interrupts_deferred
 
 def free_loopback_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return free_loopback_ports(1)[0]
 
 
 def free_loopback_ports(count: int) -> list[int]:

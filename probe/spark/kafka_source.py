@@ -407,15 +407,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def log_start(self, starting: str) -> Offsets:
         """The topic's ``earliest`` or ``latest`` offsets, right now: empty while the
         topic does not exist (its partitions are then read from their beginning)."""
-        partitions = self._log().partitions()
-        if partitions is None:
+        found = self._log().now(starting)
+        if found is None:
             return {}
-        try:
-            listed = (self._log().begins if starting == "earliest" else self._log().ends)(
-                partitions
-            )
-        except TopicGone:
-            return {}
+        partitions, listed = found
         unlisted = {str(p) for p in partitions} - listed.keys()
         if unlisted:
             # Left out, they would later be read from their beginning: not a start.
@@ -426,20 +421,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self, start: Offsets) -> Offsets | None:
         """Every partition's end as listed now (None: the topic does not exist)."""
-        log_ = self._log()
-        partitions = log_.partitions()
-        end: Offsets | None = None
-        if partitions is not None:
-            try:
-                end = log_.ends(partitions)
-            except TopicGone:
-                partitions = None
-        if partitions is None or end is None:
+        found = self._log().now("latest")
+        if found is None:
             if not self._topic_missing:
                 log.warning("topic %s not found; no batch until it exists", self.topic)
             self._topic_missing = True
             self._listed_end = {}
             return None
+        partitions, end = found
         if self._topic_missing:
             log.info("topic %s found: %s", self.topic, partitions_summary(partitions))
             self._topic_missing = False
@@ -506,11 +495,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._offsets = None
 
     def prepareForTriggerAvailableNow(self) -> None:
-        partitions = self._log().partitions()
-        try:
-            self._available_now_target = self._log().ends(partitions or [])
-        except TopicGone:
-            self._available_now_target = {}
+        found = self._log().now("latest")
+        self._available_now_target = {} if found is None else found[1]
 
     @staticmethod
     def _effective_start(start: Offsets, latest: Offsets, partition: str) -> int:
@@ -1022,17 +1008,16 @@ class TopicOffsets:
             return {}
         asked = [TopicPartition(self.topic, int(p), marker) for p in partitions]
         found: list[TopicPartition] = []
-        try:
-            with self._asking("list offsets"):
+        with self._asking("list offsets"):
+            try:
                 for first in range(0, len(asked), LIST_CHUNK):
                     chunk = asked[first : first + LIST_CHUNK]
                     found.extend(self._consumer().offsets_for_times(chunk, LIST_TIMEOUT_S))
-        except TransportError as exc:
-            cause = exc.__cause__
-            error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
-            if isinstance(error, KafkaError) and error.code() in _GONE:
-                raise TopicGone(f"topic {self.topic} not found") from exc
-            raise
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and error.code() in _GONE:
+                    raise TopicGone(f"topic {self.topic} not found") from exc
+                raise
         return {str(tp.partition): tp.offset for tp in found if tp.error is None and tp.offset >= 0}
 
     def ends(self, partitions: Sequence[int | str]) -> Offsets:
@@ -1044,6 +1029,19 @@ class TopicOffsets:
     def begins(self, partitions: Sequence[int | str]) -> Offsets:
         """First offsets still in the logs; a partition without an answer is left out."""
         return self._listed(partitions, _EARLIEST)
+
+    def now(self, side: str) -> tuple[list[int], Offsets] | None:
+        """The topic's partitions and their ``earliest`` or ``latest`` offsets (a
+        partition without an answer left out), or None while the topic does not
+        exist: its metadata says so, or the listing meets its deletion."""
+        partitions = self.partitions()
+        if partitions is None:
+            return None
+        try:
+            listed = (self.begins if side == "earliest" else self.ends)(partitions)
+        except TopicGone:
+            return None
+        return partitions, listed
 
     def bounds(self) -> tuple[Offsets, Offsets]:
         """(beginning, end) offsets of every partition. Raises ValueError when the

@@ -169,8 +169,8 @@ class SourceLag:
         try:
             if self._offsets is None:
                 self._offsets = TopicOffsets(self._options)
-            partitions = self._offsets.partitions()
-            return None if partitions is None else self._offsets.ends(partitions)
+            found = self._offsets.now("latest")
+            return None if found is None else found[1]
         except Exception as exc:  # brokers away: no figure, and a new client next time
             log.debug("source lag: cannot list the log ends of %s: %s", self.topic, exc)
             self.close()
