@@ -218,7 +218,7 @@ def fresh_broker(kind: str) -> Iterator[tuple[Broker, KafkaCluster | None]]:
         return
     with (
         tempfile.TemporaryDirectory(prefix="bench-group-") as workdir,
-        KafkaCluster(workdir=Path(workdir)) as cluster,
+        KafkaCluster(workdir=Path(workdir), quick_start=False) as cluster,
     ):
         pids = tuple(p for n in (1, 2, 3) if (p := cluster.node(n).pid) is not None)
         yield Broker(cluster.bootstrap_servers, pids, 3), cluster

@@ -222,7 +222,7 @@ def main() -> None:
             broker: EmbeddedBroker | KafkaCluster = stack.enter_context(EmbeddedBroker())
         else:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            broker = stack.enter_context(KafkaCluster(workdir=workdir))
+            broker = stack.enter_context(KafkaCluster(workdir=workdir, quick_start=False))
         for wait_ms in options.fetch_wait_ms:
             asyncio.run(compare(broker.bootstrap_servers, wait_ms, options.blocks, options.samples))
 

@@ -86,7 +86,7 @@ def fresh_broker(kind: str) -> Iterator[Broker]:
         return
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-scale-")))
-        cluster = stack.enter_context(KafkaCluster(workdir=workdir))
+        cluster = stack.enter_context(KafkaCluster(workdir=workdir, quick_start=False))
         pids = [cluster.node(n).pid for n in (1, 2, 3)]
         yield Broker(cluster.bootstrap_servers, tuple(p for p in pids if p is not None), 3)
 

@@ -127,7 +127,7 @@ def brokers(kind: str, workdir: Path) -> Iterator[tuple[str, set[int]]]:
         with EmbeddedBroker(log_file=workdir / "tansu.log") as broker:
             yield broker.bootstrap_servers, _descendants(broker)
     else:
-        with KafkaCluster(workdir=workdir / "kafka") as cluster:
+        with KafkaCluster(workdir=workdir / "kafka", quick_start=False) as cluster:
             yield (
                 cluster.bootstrap_servers,
                 set().union(*(_descendants(node) for node in cluster.nodes.values())),

@@ -518,7 +518,7 @@ def main() -> None:
             replication = 1
         else:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            broker = stack.enter_context(KafkaCluster(workdir=workdir))
+            broker = stack.enter_context(KafkaCluster(workdir=workdir, quick_start=False))
             replication = 3
         servers = broker.bootstrap_servers
         if args.records:

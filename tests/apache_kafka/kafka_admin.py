@@ -3,6 +3,7 @@ API on librdkafka), for the tests to hold the probe's series against."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
@@ -65,6 +66,28 @@ def create_topic(
     )
     futures = client.create_topics([new], operation_timeout=30)
     futures[topic].result(timeout=60)
+    known_everywhere(bootstrap_servers, topic, **security)
+
+
+def known_everywhere(
+    bootstrap_servers: str, topic: str, timeout: float = 30, **security: str
+) -> None:
+    """Until every broker's metadata names the topic: created by the controller, it
+    reaches each broker's metadata a moment apart, and a client that asks the last
+    one is told "unknown topic" (a test's describe right after the creation was)."""
+    addresses = bootstrap_servers.split(",")
+    deadline = time.monotonic() + timeout
+    unaware = set(addresses)
+    while unaware:
+        for address in sorted(unaware):
+            # A client bootstrapped with one address asks that broker first.
+            found = admin(address, **security).list_topics(topic, timeout=10).topics.get(topic)
+            if found is not None and found.error is None:
+                unaware.discard(address)
+        if unaware and time.monotonic() > deadline:
+            raise AssertionError(f"{topic}: unknown to {sorted(unaware)} after {timeout:g}s")
+        if unaware:
+            time.sleep(0.1)
 
 
 def delete_topic(bootstrap_servers: str, topic: str) -> None:
