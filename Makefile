@@ -119,9 +119,14 @@ dashboard: python-deps
 reference: python-deps
 	$(VENV)/bin/python docs/reference/generate.py
 
-# Every local game-day scenario, the slow ones too, each held to its `expect:` (`make test`
-# runs broker-stop and kafka-rolling-restart end to end: tests/gameday/test_gameday_cli.py).
+# The slow game days: the tests marked `gameday` (a fault injected under a running probe,
+# end to end: broker-stop and kafka-rolling-restart through `sla-probe gameday`, staging
+# mode, the sink's JVM killed, an executor lost, a broker restarted empty, an unclean
+# election under the sink, a member flapping in the probe's group), which `make test`
+# leaves out for time; then every local scenario, the slow ones too, each held to its
+# `expect:`.
 gameday: setup
+	$(VENV)/bin/pytest -m gameday
 	$(VENV)/bin/sla-probe gameday --all scenarios/ --slow
 
 # Run every local scenario and rewrite the table of measured times-to-detect in

@@ -30,7 +30,11 @@ SINK_UP = 180.0
 # (Spark's start, then the sink catching up after the election): its own deadlines,
 # which name what did not happen, must fire before pytest-timeout's.
 @pytest.mark.parametrize(
-    "variant", [pytest.param("plain-sink", marks=pytest.mark.timeout(720)), "idempotent"]
+    "variant",
+    [
+        pytest.param("plain-sink", marks=[pytest.mark.timeout(720), pytest.mark.gameday]),
+        "idempotent",
+    ],
 )
 def test_the_probe_reads_and_writes_on_after_an_unclean_election(
     variant: str,

@@ -1,7 +1,8 @@
-"""`sla-probe gameday` end to end: exit codes, and two scenarios for real (embedded
-broker or Apache Kafka's three-broker cluster, `sla-probe run`, Prometheus with the
-shipped rules, promtool): one broker stopped, which pages, and a rolling restart of
-the cluster, which must page nobody and lose nothing.
+"""`sla-probe gameday` end to end: exit codes, a scenario that expects too much, and
+two scenarios for real (embedded broker or Apache Kafka's three-broker cluster, `sla-probe
+run`, Prometheus with the shipped rules, promtool): one broker stopped, which pages, and
+a rolling restart of the cluster, which must page nobody and lose nothing. Those two
+are slow game days (4.5 min together): `make gameday` runs them, `make test` does not.
 
 Every other scenario runs in `make gameday`, which runs each one with its own
 expectations (the scenario's `expect:`); its faults are tested one by one in
@@ -90,6 +91,7 @@ def _run(name: str, timeout: float = 240) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.gameday
 @pytest.mark.broker
 def test_broker_stop_pages_within_an_interval_plus_timeout_and_resolves() -> None:
     report = _run("broker-stop")
@@ -128,6 +130,7 @@ def test_an_unmet_expectation_exits_1_and_a_table_run_says_which(tmp_path: Path)
 # --- Apache Kafka's three-broker cluster (broker: apache-kafka; `make kafka`) ------------
 
 
+@pytest.mark.gameday
 def test_a_rolling_restart_of_the_kafka_cluster_pages_nobody_and_loses_no_canary() -> None:
     # A cluster to start besides the game day: under 2.5 min here, 3 on a busy machine.
     report = _run("kafka-rolling-restart", timeout=285)

@@ -43,6 +43,7 @@ async def _until(condition: Callable[[], bool], within: float, what: str) -> Non
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.gameday
 def test_a_member_of_the_probes_group_rebalances_while_on_and_no_more_once_healed(
     targets: LocalTargets,
 ) -> None:

@@ -30,6 +30,7 @@ def test_a_hook_is_killed_at_its_timeout_with_its_output_kept() -> None:
     assert (done.exit_code, done.output) == (3, "healed\n")
 
 
+@pytest.mark.gameday
 @pytest.mark.broker
 def test_staging_mode_runs_the_users_hooks_and_reads_their_prometheus(
     tmp_path: Path,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 import probe.submit
@@ -25,6 +26,7 @@ SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
 CLUSTER_UP = 420.0
 
 
+@pytest.mark.gameday
 def test_the_sink_on_a_standalone_cluster_survives_a_lost_executor(  # noqa: PLR0917 - fixtures
     spark_cluster: SparkCluster,
     broker: EmbeddedBroker,

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
@@ -199,6 +200,7 @@ def _spark_jvm(parent: int) -> int:
     raise AssertionError(f"no java child of {parent}")
 
 
+@pytest.mark.gameday
 def test_run_restarts_the_sink_when_its_jvm_dies(
     broker: EmbeddedBroker,
     topic: str,

@@ -351,6 +351,7 @@ def test_the_sink_signalled_with_its_process_group_ends_cleanly(
     _assert_clean(log, sink_path / "spark.log")
 
 
+@pytest.mark.gameday
 def test_the_sink_judges_on_through_a_broker_that_restarts_empty(
     key_file: Path, start_probe: Callable[..., RunningProbe], tmp_path: Path
 ) -> None:
