@@ -95,7 +95,11 @@ class JudgeProcessor(StatefulProcessor):
     def _save(self, judge: Judge, key: StreamKey, deadlines: _Deadlines) -> None:
         exported = judge.export_state(key)
         if exported is not None:
-            self.streams.updateValue((key.partition,), (json.dumps(exported),))
+            # Compact separators: a state is written at every batch its stream has
+            # records in, and kept in the checkpoint's changelog (a fifth smaller).
+            self.streams.updateValue(
+                (key.partition,), (json.dumps(exported, separators=(",", ":")),)
+            )
         deadline = judge.next_deadline_ns()
         if deadline is None:
             deadlines.due.pop(key.partition, None)
