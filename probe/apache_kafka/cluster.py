@@ -40,7 +40,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from probe.core.errors import TransportError
 from probe.embedded import LoopbackServer, Started, free_loopback_ports
@@ -234,7 +233,7 @@ class KafkaNode(LoopbackServer):
         client_protocol: str = "PLAINTEXT",
         listeners: Mapping[str, Listener] | None = None,
         listener_ports: Mapping[str, int] | None = None,
-        java_options: Sequence[str] = (*JAVA_OPTIONS, *QUICK_START),
+        java_options: Sequence[str] = JAVA_OPTIONS,
     ) -> None:
         super().__init__(port, log_file=directory / "server.log")
         self.java_options = tuple(java_options)
@@ -339,10 +338,6 @@ class KafkaNode(LoopbackServer):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         return 0
-
-
-# How long each node of a cluster stopped as a whole may take to shut down cleanly.
-CLUSTER_STOP_S = 15.0
 
 
 class KafkaCluster(Started):
@@ -509,27 +504,10 @@ class KafkaCluster(Started):
         raise TransportError(f"Kafka cluster: brokers {sorted(seen)} of {wanted} by the deadline")
 
     def stop(self) -> None:
-        if sum(n.running for n in self.nodes.values()) <= len(self.nodes) // 2:
-            # A controlled shutdown asks the controller quorum to move the node's
-            # leaderships; with the quorum lost it waits out its whole timeout for
-            # nothing (a minute for each test that left one node of three).
-            for node in self.nodes.values():
-                node.kill()
-            return
-        # All at once: the last nodes may lose the quorum while their controlled
-        # shutdown waits on it (a whole minute, seen in test teardowns), and nothing
-        # is left to take their leaderships anyway; past CLUSTER_STOP_S they are killed.
-        with concurrent.futures.ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
-            list(pool.map(lambda n: n.stop(CLUSTER_STOP_S), self.nodes.values()))
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        # Done with: its data goes with its workdir, so no node need shut down cleanly
-        # (a clean stop of all three took 6 s, each test's teardown).
+        """Kill every node: a cluster is stopped only when done with (its data goes
+        with its workdir) or when its start failed, so no node need shut down
+        cleanly (a clean stop of all three took 6 s, each test's teardown; with the
+        quorum lost, a minute). A node to stop cleanly is stopped on its own."""
         for node in self.nodes.values():
             node.kill()
 

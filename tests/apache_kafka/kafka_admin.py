@@ -3,11 +3,12 @@ API on librdkafka), for the tests to hold the probe's series against."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.conftest import wait_for
 
 
 @dataclass(frozen=True)
@@ -75,19 +76,17 @@ def known_everywhere(
     """Until every broker's metadata names the topic: created by the controller, it
     reaches each broker's metadata a moment apart, and a client that asks the last
     one is told "unknown topic" (a test's describe right after the creation was)."""
-    addresses = bootstrap_servers.split(",")
-    deadline = time.monotonic() + timeout
-    unaware = set(addresses)
-    while unaware:
+    unaware = set(bootstrap_servers.split(","))
+
+    def known() -> bool:
+        # A client bootstrapped with one address asks that broker first.
         for address in sorted(unaware):
-            # A client bootstrapped with one address asks that broker first.
             found = admin(address, **security).list_topics(topic, timeout=10).topics.get(topic)
             if found is not None and found.error is None:
                 unaware.discard(address)
-        if unaware and time.monotonic() > deadline:
-            raise AssertionError(f"{topic}: unknown to {sorted(unaware)} after {timeout:g}s")
-        if unaware:
-            time.sleep(0.1)
+        return not unaware
+
+    wait_for(known, timeout=timeout, what=f"{topic} known to every broker", every=0.1)
 
 
 def delete_topic(bootstrap_servers: str, topic: str) -> None:
