@@ -7,13 +7,12 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from probe.core.canary import Canary, encode
+from probe.core.canary import Canary, classify, encode
 from probe.core.errors import CanaryRejected, RejectReason
 from probe.core.judge import OwnProbe
 from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker
 from probe.keyfile import KeyRingSource
-from probe.stages.stage import classify
 from tests.conftest import SLA_PROBE, target_report, wait_for
 
 OWN = OwnProbe("host-a", incarnation=2_000)

@@ -257,3 +257,42 @@ def _claimed_probe_id(record: bytes) -> str | None:
         return record[kid_end + 1 : probe_id_end].decode("utf-8")
     except (IndexError, ValueError):
         return None
+
+
+def classify(
+    payload: bytes,
+    keyring: KeyRing,
+    probe_id: str,
+    incarnation: int | None = None,
+    *,
+    max_size: int,
+) -> Canary | CanaryRejected | None:
+    """A verified canary, why a record is invalid, or None for a foreign record.
+
+    ``probe_id`` and ``incarnation`` are the judging probe's; the Spark sink, which
+    judges every incarnation, passes no incarnation. Every stage classifies with this
+    one function, the sink's executors included, so a record means the same thing
+    wherever it is read.
+
+    A record signed with a key we do not hold that claims another probe id is
+    foreign (another probe with its own key shares the topic), not invalid; so is one
+    that claims another incarnation of our probe id (an earlier run with an ephemeral
+    key, or with a key since dropped), as the judge calls a valid canary of another
+    incarnation foreign. A record that claims *this* process (probe id and
+    incarnation) with an unknown key, or that fails the signature of a key we hold, is
+    invalid: corruption or tampering. The claims are unauthenticated, so this only
+    decides which counter moves; a foreign record never becomes a delivered canary.
+    """
+    try:
+        return decode(payload, keyring, max_size=max_size)
+    except CanaryRejected as rejected:
+        if (
+            rejected.reason is RejectReason.UNKNOWN_KEY
+            and rejected.claimed_probe_id is not None
+            and (
+                rejected.claimed_probe_id != probe_id
+                or (incarnation is not None and rejected.claimed_incarnation != incarnation)
+            )
+        ):
+            return None
+        return rejected

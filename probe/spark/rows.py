@@ -5,7 +5,7 @@ Records cross Spark's boundaries as rows: the decoder (on the executors) turns e
 record into a :data:`DECODED` row, the stateful judge turns those into :data:`JUDGED`
 rows, and the commit step turns judged rows back into findings with
 :func:`finding_of`, the inverse of the row builders here. Classification is the
-stages' own (:func:`probe.stages.stage.classify`), so a record means the same thing here as
+stages' own (:func:`probe.core.canary.classify`), so a record means the same thing here as
 at every other stage.
 """
 

@@ -2,7 +2,7 @@
 
 The sink (:func:`probe.spark.rows.decode_batches`) and reconciliation's canary format
 (:func:`probe.spark.checksum.decode_canaries`) classify every record they read exactly
-as every other stage does (:func:`probe.stages.stage.classify`). Called once per record, that
+as every other stage does (:func:`probe.core.canary.classify`). Called once per record, that
 is a chain of Python calls per record (parse, verify, build a canary, a row, a frame),
 most of a large read's cost. Here a batch's records are framed together instead: the
 wire format's fields (``probe.core.canary``) are located and read for all records at once
@@ -28,10 +28,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from probe.core.canary import FORMAT_VERSION, MAC_BYTES, MAGIC, Canary
+from probe.core.canary import FORMAT_VERSION, MAC_BYTES, MAGIC, Canary, classify
 from probe.core.errors import CanaryRejected
 from probe.core.keys import KeyRing
-from probe.stages.stage import classify
 
 # Fixed sizes of the wire format (probe.core.canary's layout table).
 _INCARNATION = 8
@@ -72,7 +71,7 @@ class Verdicts:
 
 def verify(values: pa.Array, keyring: KeyRing, probe_id: str, *, max_size: int) -> Verdicts:
     """Classify every record of ``values`` (binary, nulls read as empty records) as
-    :func:`probe.stages.stage.classify` does for the sink (no incarnation of its own)."""
+    :func:`probe.core.canary.classify` does for the sink (no incarnation of its own)."""
     values = _binary(values)
     rows = len(values)
     frame = _Frame.of(values, max_size)

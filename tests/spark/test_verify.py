@@ -14,11 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probe.core.canary import Canary, encode
+from probe.core.canary import Canary, classify, encode
 from probe.core.errors import CanaryRejected
 from probe.core.keys import KeyRing
 from probe.spark.verify import verify
-from probe.stages.stage import classify
 
 PROBE = "probe-a"
 RING = KeyRing({"k1": b"0123456789abcdef0123456789abcdef", "k2": b"x" * 32}, active="k1")

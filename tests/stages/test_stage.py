@@ -6,12 +6,12 @@ import logging
 
 import pytest
 
-from probe.core.canary import Canary, encode
+from probe.core.canary import Canary, classify, encode
 from probe.core.errors import CanaryRejected, RejectReason
 from probe.core.judge import Judge, JudgePolicy, OwnProbe, StreamKey
 from probe.core.keys import generate_key_ring
 from probe.services.report import Tally
-from probe.stages.stage import Stage, classify
+from probe.stages.stage import Stage
 from probe.transport import Arrival
 
 OWN = OwnProbe("probe-a", incarnation=7)
