@@ -249,7 +249,11 @@ def start_probe(tmp_path: Path) -> Iterator[Callable[..., RunningProbe]]:
     """Start `sla-probe run` with the given flags; waits until /healthz answers."""
     started: list[RunningProbe] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> RunningProbe:
+    def start(
+        *args: str, env: dict[str, str] | None = None, own_group: bool = False
+    ) -> RunningProbe:
+        """``own_group``: the probe leads a process group of its own, for a test that
+        signals the whole group as a terminal or a supervisor does."""
         port = free_loopback_port()
         log = tmp_path / f"probe-{len(started)}.log"
         command = [SLA_PROBE, "run", "--metrics-port", str(port), *args]
@@ -258,6 +262,7 @@ def start_probe(tmp_path: Path) -> Iterator[Callable[..., RunningProbe]]:
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            start_new_session=own_group,
         )
         probe = RunningProbe(process, port, log, command)
         started.append(probe)
