@@ -9,7 +9,7 @@ import pytest
 
 from probe.spark.health import failure_reason, failure_summary
 from probe.spark.kafka_source import starting_map
-from probe.spark.session import DEFAULT_CONF, executors_python, session_conf
+from probe.spark.session import DEFAULT_CONF, QUICK_JIT, executors_python, session_conf
 
 
 def test_the_probes_spark_settings_are_defaults_only() -> None:
@@ -30,6 +30,16 @@ def test_sink_spark_conf_wins_over_spark_submit_and_the_master_over_both() -> No
     assert settings["spark.sql.shuffle.partitions"] == "8"
     assert settings["spark.jars.packages"] == "g:a:1"
     assert settings["spark.master"] == "local[2]"
+
+
+def test_a_short_run_compiles_with_the_first_tier_unless_told_otherwise() -> None:
+    """`once` starts Spark for a few batches: its driver JVM (the executors too, in
+    local mode) compiles with C1 only, beside the probe's own default options; a
+    sink.spark_conf that sets the driver's options is taken as it is."""
+    options = "spark.driver.extraJavaOptions"
+    assert session_conf({}, {}, None, short_run=True)[options] == f"-Xss4m {QUICK_JIT}"
+    assert QUICK_JIT not in session_conf({}, {}, None)[options]
+    assert session_conf({}, {options: "-Xss8m"}, None, short_run=True)[options] == "-Xss8m"
 
 
 @pytest.mark.parametrize(

@@ -155,7 +155,7 @@ async def _start_sink(
     )
 
     tally.declare_stage(StageName.SINK)
-    sink = SparkSinkStage(config, keyring, [OwnCanaries(tally, config.probe_id)])
+    sink = SparkSinkStage(config, keyring, [OwnCanaries(tally, config.probe_id)], short_run=True)
     cleanup.push_async_callback(sink.stop)
     progress = SinkProgress()  # on a terminal only: Spark's start is ~25 s of silence
     try:

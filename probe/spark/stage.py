@@ -187,7 +187,11 @@ class SparkSinkStage:
         metrics: ProbeMetrics | None = None,
         registry: CollectorRegistry | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
+        short_run: bool = False,
     ) -> None:
+        """``short_run``: the stage judges a few rounds and stops (`once`); its Spark,
+        when launched here, starts for that (probe.spark.session.QUICK_JIT)."""
+        self._short_run = short_run
         self._temp: tempfile.TemporaryDirectory[str] | None = None
         path = config.sink.path
         if path is None:
@@ -464,6 +468,7 @@ class SparkSinkStage:
                 spark_output=self.spark_output,
                 spark_conf=self._config.sink.spark_conf,
                 source=self._config.sink.source,
+                short_run=self._short_run,
             )
             self._owns_session = owns
         job = SinkJob(
