@@ -239,6 +239,8 @@ class RunningProbe:
     port: int
     log: Path
     args: list[str] = field(default_factory=list)
+    # The probe leads a process group of its own: stop() signals the whole group.
+    own_group: bool = False
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         return scrape(self.port)
@@ -247,10 +249,14 @@ class RunningProbe:
         return sample(self.metrics(), "synthetic_sla_canaries_total", outcome=outcome, stage=stage)
 
     def stop(self, timeout: float = 10.0) -> float:
-        """SIGTERM; returns how long the process took to exit."""
+        """SIGTERM (to its whole group when it leads one, as a supervisor that
+        signals the group does); returns how long the process took to exit."""
         started = time.monotonic()
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            if self.own_group:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            else:
+                self.process.send_signal(signal.SIGTERM)
             self.process.wait(timeout)
         return time.monotonic() - started
 
@@ -275,7 +281,7 @@ def start_probe(tmp_path: Path) -> Iterator[Callable[..., RunningProbe]]:
             env={**os.environ, **(env or {})},
             start_new_session=own_group,
         )
-        probe = RunningProbe(process, port, log, command)
+        probe = RunningProbe(process, port, log, command, own_group)
         started.append(probe)
         wait_for(
             lambda: process.poll() is not None or http_status(port, "/healthz") == 200,
