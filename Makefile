@@ -70,12 +70,17 @@ system-deps:
 
 # Every Python package comes from uv.lock, exactly. `uv sync` makes the venv match
 # what is asked, so after `make demo` the next `make test` adds the dev group back.
+# Compiled to bytecode once, here: where PYTHONDONTWRITEBYTECODE is set (CI images set
+# it) every Python process would otherwise compile pandas, pyarrow and pyspark from
+# source, 2 CPU-seconds each time, and Spark starts several Python workers per query.
 python-deps: uv
-	$(UV) sync --frozen --all-extras --python $(PYTHON)
+	$(UV) sync --frozen --all-extras --compile-bytecode --python $(PYTHON)
+	$(VENV)/bin/python -m compileall -q probe
 
 # The demo needs the runtime and the Spark extra only: no test or lint tools, no Helm.
 demo-deps: uv
-	$(UV) sync --frozen --no-dev --extra spark --python $(PYTHON)
+	$(UV) sync --frozen --no-dev --extra spark --compile-bytecode --python $(PYTHON)
+	$(VENV)/bin/python -m compileall -q probe
 
 uv:
 	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
