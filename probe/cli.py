@@ -639,7 +639,6 @@ def reconcile(
         return
     from probe.reconcile.runner import (  # noqa: PLC0415 - Spark only here
         reconcile_once,
-        reconcile_session,
         serve_reconcile,
     )
 
@@ -654,7 +653,6 @@ def reconcile(
     logs.configure(config.log_level if config.log_level != "info" else "error")
     try:
         code = reconcile_once(
-            reconcile_session(config),
             config,
             keyring_json,
             run_id=run_id,

@@ -35,13 +35,13 @@ holds twice is expected twice (see probe.reconcile.outcome).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+import pyarrow as pa
 from py4j.protocol import Py4JError
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException, PySparkException
@@ -86,7 +86,15 @@ from probe.spark.checksum import (
     window_checksum,
 )
 from probe.spark.kafka_connector import CONNECTOR_NAME, batch_options
-from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource, TopicOffsets
+from probe.spark.kafka_source import (
+    READ_TIMEOUT_S,
+    SOURCE_NAME,
+    OffsetRange,
+    TopicOffsets,
+    planned_reads,
+    split_ranges,
+)
+from probe.spark.kafka_source import SCHEMA as SOURCE_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +129,13 @@ SOURCE_RECORDS = StructType(
 SAMPLE_KINDS = ("missing", "mismatched", "extra", "duplicated")
 # Per-record (or per-key) counts, summed per window: what a Tally is made of.
 COUNTS = ("source", "excluded", "sink", "matched", "mismatched", "missing", "extra", "duplicated")
+# The plan frames' Spark types in Arrow's terms.
+_ARROW_TYPES: dict[type[DataType], pa.DataType] = {
+    IntegerType: pa.int32(),
+    LongType: pa.int64(),
+    BooleanType: pa.bool_(),
+    StringType: pa.string(),
+}
 
 
 @dataclass(frozen=True)
@@ -212,111 +227,29 @@ class ReconcileJob:
                 "required by source_key and time_column (they match rows by key)",
             )
 
-    def run(self, run_id: str) -> Reconciliation:
-        """Plan and compare. Raises ReconcileFailed when no comparison could be made
-        (brokers, topic, a Spark job), ConfigError for a table that does not fit."""
-        started_ms = self._clock_ms()
+    def run(self, run_id: str, planned: Plan | None = None) -> Reconciliation:
+        """Plan (unless ``planned`` already) and compare. Raises ReconcileFailed when
+        no comparison could be made (brokers, topic, a Spark job), ConfigError for a
+        table that does not fit."""
+        plan = planned or plan_run(self.settings, self._clock_ms())
         try:
-            windows, pending = self._plan(started_ms)
-            results = self.compare(windows)
+            results = self.compare(plan.windows)
         except (TransportError, ValueError, OSError, Py4JError, PySparkException) as exc:
             raise ReconcileFailed(_reason(exc)) from exc
         return Reconciliation(
             run_id,
             self.settings.topic,
             self.settings.table,
-            started_ms,
+            plan.now_ms,
             self._clock_ms(),
             results,
-            pending,
+            plan.pending,
         )
-
-    # -- driver: the plan -----------------------------------------------------------
 
     def plan(self, now_ms: int) -> list[ReconcileWindow]:
         """The windows to compare now, from the log's offsets as listed now; matched
         by key with a time column, then the windows of rows placed by time."""
-        return self._plan(now_ms)[0]
-
-    def _plan(self, now_ms: int) -> tuple[list[ReconcileWindow], list[Pending]]:
-        """The windows to compare now, and the records they leave for a later run."""
-        placed, spans, pending = self._placed(now_ms)
-        if self.settings.time_column is None:
-            return placed, pending
-        return [*placed, *rows_by_time(placed, spans)], pending
-
-    def _placed(
-        self, now_ms: int
-    ) -> tuple[list[ReconcileWindow], list[tuple[int | None, int]], list[Pending]]:
-        """The windows of the records, the stretches of time they cover, and the
-        records after them (in windows still open, or younger than the settle delay)."""
-        s = self.settings
-        offsets = TopicOffsets(s.source_options())
-        try:
-            begin, end = offsets.bounds()
-            logs = [PartitionLog(int(p), begin[p], end[p]) for p in sorted(end, key=int)]
-            settle_ms = round(s.settle_s * 1000)
-            lookback_ms = None if s.lookback_s is None else round(s.lookback_s * 1000)
-            if s.window.duration_ms is not None:
-                boundaries = time_boundaries(
-                    now_ms, lookback_ms or 0, settle_ms, s.window.duration_ms
-                )
-                still_open = open_boundaries(
-                    now_ms, lookback_ms or 0, settle_ms, s.window.duration_ms
-                )
-                # The last open boundary lies after now: its windows run to the log's
-                # end, with no need to ask.
-                asked = sorted({*boundaries, *still_open[:-1]})
-                at = {moment: offsets.at_times(dict.fromkeys(end, moment)) for moment in asked}
-                windows = [
-                    window
-                    for partition in logs
-                    for window in time_windows(
-                        partition, boundaries, _offsets_at(at, partition, boundaries)
-                    )
-                ]
-                pending = [
-                    records
-                    for partition in logs
-                    for records in time_pending(
-                        partition, still_open, _offsets_at(at, partition, still_open), settle_ms
-                    )
-                ]
-                return windows, list(pairwise(boundaries)), pending
-            assert s.window.offsets is not None
-            settled = offsets.at_times(dict.fromkeys(end, now_ms - settle_ms))
-            since = (
-                offsets.at_times(dict.fromkeys(end, now_ms - lookback_ms))
-                if lookback_ms is not None
-                else dict(begin)
-            )
-        finally:
-            offsets.close()
-        windows = [
-            window
-            for partition in logs
-            for window in offset_windows(
-                partition,
-                s.window.offsets,
-                since=_or(since[str(partition.partition)], partition.end),
-                settled=_or(settled[str(partition.partition)], partition.end),
-            )
-        ]
-        pending = [
-            records
-            for partition in logs
-            for records in offset_pending(
-                partition,
-                _or(settled[str(partition.partition)], partition.end),
-                now_ms,
-                settle_ms,
-            )
-        ]
-        # Offset windows start at or before the lookback and end at the settled
-        # offsets: they cover the records of that stretch of time, taken inward to
-        # whole seconds (a row on the edge is left alone rather than misjudged).
-        since_ms = None if lookback_ms is None else -(-(now_ms - lookback_ms) // 1000) * 1000
-        return windows, [(since_ms, (now_ms - settle_ms) // 1000 * 1000)], pending
+        return plan_run(self.settings, now_ms).windows
 
     # -- executors: the comparison ----------------------------------------------------
 
@@ -335,17 +268,15 @@ class ReconcileJob:
         ]
         if not planned and not by_time:
             return [WindowResult(w, Tally()) for w in windows]
-        plan = F.broadcast(self.spark.createDataFrame(planned, PLAN))
-        source = (
-            self._source(plan, windows)
-            if planned
-            else self.spark.createDataFrame([], SOURCE_RECORDS)
-        )
+        # The table is read (its files listed, their footers) once per run.
+        table = self._sink_table()
+        plan = F.broadcast(self._frame(planned, PLAN))
+        source = self._source(plan, windows, table) if planned else self._frame([], SOURCE_RECORDS)
         if self.settings.by_key:
-            time_plan = F.broadcast(self.spark.createDataFrame(by_time, TIME_PLAN))
-            records = self._records_by_key(source, time_plan)
+            time_plan = F.broadcast(self._frame(by_time, TIME_PLAN))
+            records = self._records_by_key(source, time_plan, table)
         else:
-            records = self._records(source, self._sink(plan))
+            records = self._records(source, self._sink(plan, table))
         records = records.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             counts = {row["window"]: row for row in self._counts(records).collect()}
@@ -357,7 +288,22 @@ class ReconcileJob:
             for index, w in enumerate(windows)
         ]
 
-    def _source(self, plan: DataFrame, windows: Sequence[ReconcileWindow]) -> DataFrame:
+    def _frame(self, rows: Sequence[tuple[object, ...]], schema: StructType) -> DataFrame:
+        """A small frame of the driver's rows, handed to the JVM as Arrow: a list of
+        tuples would be unpickled by a Python worker, a stage of its own."""
+        columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema.fields)
+        arrow = pa.table(
+            [
+                pa.array(values, _ARROW_TYPES[type(f.dataType)])
+                for values, f in zip(columns, schema.fields, strict=True)
+            ],
+            names=schema.fieldNames(),
+        )
+        return self.spark.createDataFrame(arrow, schema)
+
+    def _source(
+        self, plan: DataFrame, windows: Sequence[ReconcileWindow], table: DataFrame
+    ) -> DataFrame:
         """The source's records in the planned windows: kafka_partition,
         kafka_offset, window, in_table, checksum."""
         s = self.settings
@@ -371,7 +317,7 @@ class ReconcileJob:
         # Only what the windows cover: other partitions, and other offsets, unread.
         tasks = self.spark.sparkContext.defaultParallelism
         if s.source == CONNECTOR_NAME:
-            name = CONNECTOR_NAME
+            reader = self.spark.read.format(CONNECTOR_NAME)
             options = batch_options(
                 s.bootstrap_servers,
                 s.topic,
@@ -380,20 +326,19 @@ class ReconcileJob:
                 min_partitions=tasks,
                 kafka_options=s.kafka_options,
             )
+            for option, value in options.items():
+                reader = reader.option(option, value)
+            raw = reader.load()
         else:
-            self.spark.dataSource.register(KafkaStreamSource)
-            name = SOURCE_NAME
-            options = {
-                **s.source_options(),
-                "assign": json.dumps({s.topic: sorted(int(p) for p in starts)}),
-                "startingOffsets": json.dumps(starts),
-                "endingOffsets": json.dumps(ends),
-                "minPartitions": str(tasks),
-            }
-        reader = self.spark.read.format(name)
-        for option, value in options.items():
-            reader = reader.option(option, value)
-        raw = reader.load()
+            # The offsets were listed on the driver to plan the windows: the tasks
+            # read those ranges (large ones in pieces) with the sla_kafka source's
+            # reader, no second listing.
+            ranges = split_ranges(
+                [OffsetRange(s.topic, int(p), starts[p], ends[p]) for p in starts], tasks
+            )
+            raw = self.spark.range(0, len(ranges), 1, len(ranges)).mapInArrow(
+                planned_reads(s.source_options(), ranges, READ_TIMEOUT_S), SOURCE_SCHEMA
+            )
         if s.record_format is RecordFormat.CANARY:
             assert s.keyring_json is not None
             decoded = raw.select("partition", "offset", "value").mapInArrow(
@@ -409,7 +354,7 @@ class ReconcileJob:
                 "key",
                 "value",
             )
-            canonical = self._source_canonical(F.col("value"))
+            canonical = self._source_canonical(F.col("value"), table)
             record_key = (
                 F.col("key").cast(StringType())
                 if s.source_key is None
@@ -428,9 +373,9 @@ class ReconcileJob:
         )
         return _in_windows(keyed, plan)
 
-    def _source_canonical(self, value: Column) -> list[Column]:
+    def _source_canonical(self, value: Column, table: DataFrame) -> list[Column]:
         s = self.settings
-        types = self._sink_types()
+        types = {f.name: f.dataType for f in table.schema.fields}
         if s.record_format is RecordFormat.RAW:
             return [value.cast(BinaryType())]
         parsed = F.from_json(
@@ -446,10 +391,6 @@ class ReconcileJob:
             raise ConfigError(
                 "reconcile.table", f"no Parquet table at {self.settings.table}: {exc.getMessage()}"
             ) from None
-
-    def _sink_types(self) -> dict[str, DataType]:
-        schema = self._sink_table().schema
-        return {f.name: f.dataType for f in schema.fields}
 
     def _require(self, table: DataFrame, named: Sequence[str]) -> None:
         absent = [name for name in named if name not in table.columns]
@@ -471,11 +412,10 @@ class ReconcileJob:
         types = {f.name: f.dataType for f in table.schema.fields}
         return [F.col(f"`{name}`").cast(types[name]) for name in s.columns]
 
-    def _sink(self, plan: DataFrame) -> DataFrame:
+    def _sink(self, plan: DataFrame, table: DataFrame) -> DataFrame:
         """The table's rows in the planned windows, one per (partition, offset):
         copies, smallest and largest checksum, and the sum of every copy's."""
         s = self.settings
-        table = self._sink_table()
         self._require(table, [s.partition_column, s.offset_column, *s.columns])
         rows = table.select(
             F.col(f"`{s.partition_column}`").cast(IntegerType()).alias("kafka_partition"),
@@ -493,12 +433,11 @@ class ReconcileJob:
             )
         )
 
-    def _sink_by_key(self) -> DataFrame:
+    def _sink_by_key(self, table: DataFrame) -> DataFrame:
         """The table's rows by key: copies, smallest and largest checksum, the sum of
         every copy's, and the earliest time (null without a time column)."""
         s = self.settings
         assert s.key_column is not None
-        table = self._sink_table()
         self._require(table, [s.key_column, *s.columns, *filter(None, [s.time_column])])
         types = {f.name: f.dataType for f in table.schema.fields}
         moment = (
@@ -519,7 +458,9 @@ class ReconcileJob:
             F.min("t_ms").alias("t_ms"),
         )
 
-    def _records_by_key(self, source: DataFrame, time_plan: DataFrame) -> DataFrame:
+    def _records_by_key(
+        self, source: DataFrame, time_plan: DataFrame, table: DataFrame
+    ) -> DataFrame:
         """One row per key present on either side (and per record the table cannot
         hold), with what became of it; see probe.reconcile.outcome for the rule."""
         usable = F.col("h").isNotNull() & F.col("k").isNotNull()
@@ -541,7 +482,7 @@ class ReconcileJob:
                 F.sum(unsigned(F.col("h"))).alias("source_sum"),
             )
         )
-        joined = records.join(self._sink_by_key(), "k", "full_outer")
+        joined = records.join(self._sink_by_key(table), "k", "full_outer")
         placed = joined.filter(F.col("n").isNotNull()).select(
             "*",
             F.col("first.window").alias("window"),
@@ -637,6 +578,108 @@ class ReconcileJob:
             keys = sorted(key for at, key in row["named"] if at is None and key is not None)
             samples.setdefault(row["window"], {})[row["kind"]] = (*offsets, *keys)
         return samples
+
+
+# -- driver: the plan (before Spark: it lists offsets only) ----------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run compares, planned at ``now_ms``: its windows, and the records it
+    leaves for a later run (in windows still open, or younger than the settle delay)."""
+
+    now_ms: int
+    windows: list[ReconcileWindow]
+    pending: list[Pending]
+
+    @property
+    def records(self) -> int:
+        """The topic's records in the windows: what the run reads."""
+        return sum(w.end - w.start for w in self.windows if w.partition is not None)
+
+
+def plan_run(settings: ReconcileSettings, now_ms: int) -> Plan:
+    """The windows to compare now, from the log's offsets as listed now; matched by
+    key with a time column, then the windows of rows placed by time. Needs no Spark
+    session: a single run plans first, then starts Spark for what it found. Raises
+    ReconcileFailed when the offsets cannot be listed."""
+    try:
+        placed, spans, pending = _placed(settings, now_ms)
+    except (TransportError, ValueError, OSError) as exc:
+        raise ReconcileFailed(_reason(exc)) from exc
+    if settings.time_column is None:
+        return Plan(now_ms, placed, pending)
+    return Plan(now_ms, [*placed, *rows_by_time(placed, spans)], pending)
+
+
+def _placed(
+    settings: ReconcileSettings, now_ms: int
+) -> tuple[list[ReconcileWindow], list[tuple[int | None, int]], list[Pending]]:
+    """The windows of the records, the stretches of time they cover, and the
+    records after them (in windows still open, or younger than the settle delay)."""
+    s = settings
+    offsets = TopicOffsets(s.source_options())
+    try:
+        begin, end = offsets.bounds()
+        logs = [PartitionLog(int(p), begin[p], end[p]) for p in sorted(end, key=int)]
+        settle_ms = round(s.settle_s * 1000)
+        lookback_ms = None if s.lookback_s is None else round(s.lookback_s * 1000)
+        if s.window.duration_ms is not None:
+            boundaries = time_boundaries(now_ms, lookback_ms or 0, settle_ms, s.window.duration_ms)
+            still_open = open_boundaries(now_ms, lookback_ms or 0, settle_ms, s.window.duration_ms)
+            # The last open boundary lies after now: its windows run to the log's
+            # end, with no need to ask.
+            asked = sorted({*boundaries, *still_open[:-1]})
+            at = {moment: offsets.at_times(dict.fromkeys(end, moment)) for moment in asked}
+            windows = [
+                window
+                for partition in logs
+                for window in time_windows(
+                    partition, boundaries, _offsets_at(at, partition, boundaries)
+                )
+            ]
+            pending = [
+                records
+                for partition in logs
+                for records in time_pending(
+                    partition, still_open, _offsets_at(at, partition, still_open), settle_ms
+                )
+            ]
+            return windows, list(pairwise(boundaries)), pending
+        assert s.window.offsets is not None
+        settled = offsets.at_times(dict.fromkeys(end, now_ms - settle_ms))
+        since = (
+            offsets.at_times(dict.fromkeys(end, now_ms - lookback_ms))
+            if lookback_ms is not None
+            else dict(begin)
+        )
+    finally:
+        offsets.close()
+    windows = [
+        window
+        for partition in logs
+        for window in offset_windows(
+            partition,
+            s.window.offsets,
+            since=_or(since[str(partition.partition)], partition.end),
+            settled=_or(settled[str(partition.partition)], partition.end),
+        )
+    ]
+    pending = [
+        records
+        for partition in logs
+        for records in offset_pending(
+            partition,
+            _or(settled[str(partition.partition)], partition.end),
+            now_ms,
+            settle_ms,
+        )
+    ]
+    # Offset windows start at or before the lookback and end at the settled
+    # offsets: they cover the records of that stretch of time, taken inward to
+    # whole seconds (a row on the edge is left alone rather than misjudged).
+    since_ms = None if lookback_ms is None else -(-(now_ms - lookback_ms) // 1000) * 1000
+    return windows, [(since_ms, (now_ms - settle_ms) // 1000 * 1000)], pending
 
 
 def _in_windows(rows: DataFrame, plan: DataFrame) -> DataFrame:

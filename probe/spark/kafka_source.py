@@ -102,7 +102,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -139,6 +139,8 @@ from probe.core.partition_summary import partitions_summary, ranges_summary
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "sla_kafka"
+# How long a task's read may go without any progress before it fails (readTimeoutSeconds).
+READ_TIMEOUT_S = 60.0
 # How far before a truncated log's end a stream reads again (see _effective_start):
 # no further back than the judge can tell records read before from duplicates.
 REREAD_RECORDS = READ_AT_KEPT
@@ -383,7 +385,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.max_input_partitions is not None and self.max_input_partitions < 1:
             raise ValueError("maxInputPartitions must be >= 1")
         # How long a task may make no progress on its ranges before it fails.
-        self.read_timeout = float(options.get("readTimeoutSeconds", "60"))
+        self.read_timeout = float(options.get("readTimeoutSeconds", READ_TIMEOUT_S))
         self._available_now_target: Offsets | None = None
         self._listed_end: Offsets = {}
         self._topic_missing = False
@@ -818,6 +820,28 @@ def read_ranges(
         consumer.close()
 
 
+def planned_reads(
+    options: Mapping[str, str], ranges: Sequence[OffsetRange], timeout: float
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function over ``spark.range(len(ranges), numPartitions=...)``:
+    each id names a range, and a task reads the ranges of its ids (one consumer) as
+    :func:`read_ranges` does, yielding :data:`SCHEMA`'s rows.
+
+    For a job whose driver has listed the offsets already (reconcile): a batch read
+    through the data source would list them again, and the Python Data Source API
+    costs three more Python processes on the driver per read (looking the source up,
+    creating it, planning it), seconds of a small job.
+    """
+    planned = list(ranges)
+    settings = dict(options)
+
+    def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        owed = [planned[i] for batch in ids for i in batch.column(0).to_pylist()]
+        yield from read_ranges(settings, owed, timeout)
+
+    return read
+
+
 def _present(consumer: Any, topic: str, owed: Iterable[int], wait: float) -> set[int] | None:
     """The topic's partitions now (None: the topic is gone); those ``owed`` too
     while the brokers cannot say."""
@@ -1176,7 +1200,7 @@ class KafkaBatchReader(DataSourceReader):
         self.min_partitions = int(pieces) if pieces else None
         if self.min_partitions is not None and self.min_partitions < 1:
             raise ValueError("minPartitions must be >= 1")
-        self.read_timeout = float(options.get("readTimeoutSeconds", "60"))
+        self.read_timeout = float(options.get("readTimeoutSeconds", READ_TIMEOUT_S))
 
     def partitions(self) -> Sequence[InputPartition]:
         ranges = split_ranges(plan_batch(self.options), self.min_partitions)

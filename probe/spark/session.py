@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -16,6 +17,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from probe.core.errors import StageFailed
+from probe.spark import class_archive
 from probe.spark.kafka_connector import CONNECTOR_NAME
 from probe.spark_kafka.jars import session_jars
 
@@ -140,6 +142,7 @@ def sink_session(
     streaming: bool = True,
     source: str = "sla_kafka",
     short_run: bool = False,
+    one_shot: bool | None = None,
 ) -> SparkSession:
     """A session for the sink. ``master=None`` keeps what spark-submit configured.
 
@@ -157,6 +160,10 @@ def sink_session(
 
     ``short_run``: a session for a few batches (`once`), whose JVM compiles with the
     JIT's first tier only (:data:`QUICK_JIT`) when this process launches it.
+
+    ``one_shot`` (default: ``short_run``): a run that ends by itself (`once`, a single
+    `reconcile`), whose JVM may write the class archive later runs start from
+    (:mod:`probe.spark.class_archive`); any launch uses one that exists.
     """
     given = {} if starts_own_jvm() else _submitted_conf()
     settings = {
@@ -178,7 +185,7 @@ def sink_session(
         )
     # SparkContext._gateway is pyspark's one JVM per process: a later session reuses it.
     if starts_own_jvm() and SparkContext._gateway is None:
-        _start_context(settings, spark_output)
+        _start_context(settings, spark_output, short_run if one_shot is None else one_shot)
     builder = SparkSession.builder
     for name, value in settings.items():
         builder = builder.config(name, value)
@@ -195,7 +202,9 @@ def _submitted_conf() -> dict[str, str]:
     return dict(SparkConf().getAll())
 
 
-def _start_context(settings: dict[str, str], spark_output: str | None) -> None:
+def _start_context(
+    settings: dict[str, str], spark_output: str | None, one_shot: bool = False
+) -> None:
     """Launch Spark's JVM, with its stdout and stderr on ``spark_output`` (None: this
     process's), and a context on it.
 
@@ -211,6 +220,13 @@ def _start_context(settings: dict[str, str], spark_output: str | None) -> None:
     broke. It still ends with this process, however that ends: pyspark's JVM exits
     when its stdin, a pipe from this process, closes.
     """
+    archive = class_archive.for_driver(settings, may_write=one_shot)
+    if archive is not None:
+        driver = settings.get("spark.driver.extraJavaOptions", "")
+        settings = {
+            **settings,
+            "spark.driver.extraJavaOptions": f"{driver} {archive.java_option}".strip(),
+        }
     conf = SparkConf().setAll(list(settings.items()))
     with contextlib.ExitStack() as files:
         popen: dict[str, Any] = {"start_new_session": True}
@@ -222,7 +238,19 @@ def _start_context(settings: dict[str, str], spark_output: str | None) -> None:
             gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
         except PySparkRuntimeError as exc:
             raise StageFailed(f"Spark's JVM did not start; {_why_not(spark_output)}") from exc
+    if archive is not None and archive.dump is not None:
+        # At this process's exit: the JVM writes the archive as it exits.
+        atexit.register(_write_archive, archive, gateway.proc)
     SparkContext(conf=conf, gateway=gateway)
+
+
+def _write_archive(archive: class_archive.ArchiveUse, jvm: subprocess.Popen[bytes]) -> None:
+    """Stop the context first (its Python side serves the JVM until then: a JVM gone
+    under it logged a socket server's traceback), then let the JVM exit and write."""
+    with contextlib.suppress(Exception):
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
+    archive.finish(jvm)
 
 
 def _why_not(spark_output: str | None) -> str:

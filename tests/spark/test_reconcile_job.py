@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -324,7 +325,8 @@ def test_a_table_without_the_named_columns_is_a_config_error(
         job._sink(
             spark.createDataFrame(
                 [], "plan_partition int, window_start long, window_end long, window int"
-            )
+            ),
+            job._sink_table(),
         )
     with pytest.raises(ConfigError, match=r"^reconcile\.table: no Parquet table at"):
         _job(spark, broker, topic, str(tmp_path / "nowhere"))._sink_table()
@@ -338,27 +340,50 @@ def test_a_run_that_cannot_compare_fails_saying_why(
         _job(spark, broker, f"{topic}-missing", table).run("no-topic")
 
 
-async def test_the_command_creates_a_sink_path_it_writes_to(
+async def test_the_command_creates_a_sink_path_and_a_class_archive_later_runs_map(
     broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
     """`sla-probe reconcile --table T --sink-path DIR`, DIR not there yet: the command
     writes there (Spark's log, the report table), so it creates it. It once ended in a
-    traceback instead: Spark's log file not found."""
+    traceback instead: Spark's log file not found.
+
+    A single run also leaves Spark's class archive (probe.spark.class_archive) where
+    none was, and the next run's JVM maps it: told ``-Xshare:on``, a JVM that cannot
+    map its archive refuses to start."""
     await _create(broker, topic, 2)
     _produce(broker, topic, {0: 3, 1: 2}, "r")
     table = _table(tmp_path / "t", _raw_rows({0: 3, 1: 2}), RAW)
     sink_path = tmp_path / "not-yet" / "sink"
+    archives = tmp_path / "archives"
     produced = time.time()
     await until(lambda: time.time() > produced + 1.1, within=5, what="every record settled")
-    result = await asyncio.to_thread(
-        subprocess.run,
-        [SLA_PROBE, "reconcile", "--bootstrap-servers", broker.bootstrap_servers,
-         "--topic", topic, "--table", table, "--format", "raw", "--window-offsets", "10",
-         "--settle", "1s", "--sink-path", str(sink_path), "--json"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+
+    def reconcile(*more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [SLA_PROBE, "reconcile", "--bootstrap-servers", broker.bootstrap_servers,
+             "--topic", topic, "--table", table, "--format", "raw", "--window-offsets", "10",
+             "--settle", "1s", "--json", *more],
+            capture_output=True, text=True, timeout=300, check=False,
+            env={**os.environ, "SLA_PROBE_CLASS_ARCHIVES": str(archives)},
+        )  # fmt: skip
+
+    result = await asyncio.to_thread(reconcile, "--sink-path", str(sink_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert json.loads(result.stdout)["ok"] is True
     assert (sink_path / "spark.log").stat().st_size > 0
     assert list((sink_path / "reconciliation").rglob("*.parquet"))
+    written = [p.name for p in archives.iterdir()]
+    assert len(written) == 1, written
+    assert written[0].endswith(".jsa"), written
+
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(
+        "sink:\n  spark_conf:\n    spark.driver.extraJavaOptions: -Xss4m -Xshare:on\n"
+    )
+    again = await asyncio.to_thread(
+        reconcile, "--sink-path", str(tmp_path / "again"), "--config", str(strict)
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout)["ok"] is True
+    assert [p.name for p in archives.iterdir()] == written
