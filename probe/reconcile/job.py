@@ -280,7 +280,10 @@ class ReconcileJob:
         records = records.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             counts = {row["window"]: row for row in self._counts(records).collect()}
-            samples = self._samples(records)
+            # Samples name discrepancies: where the counts found none, there are none
+            # to name, and a query (two Spark jobs) is saved.
+            found = any(row[kind] for row in counts.values() for kind in SAMPLE_KINDS)
+            samples = self._samples(records) if found else {}
         finally:
             records.unpersist()
         return [
