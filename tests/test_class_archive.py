@@ -106,3 +106,13 @@ def test_off_or_an_unwritable_place_starts_spark_as_ever(
     blocked.write_text("not a directory")
     monkeypatch.setenv(ENV, str(blocked / "archives"))
     assert for_driver({}, may_write=True) is None
+
+
+def test_only_the_archives_written_last_stay(archives: Path) -> None:
+    archives.mkdir()
+    for n in range(6):
+        written = archives / f"spark-{n}.jsa"
+        written.write_bytes(b"cds")
+        os.utime(written, ns=(n * 10**9, n * 10**9))
+    class_archive.prune(archives, keep=4)
+    assert sorted(p.name for p in archives.iterdir()) == [f"spark-{n}.jsa" for n in (2, 3, 4, 5)]

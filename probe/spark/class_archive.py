@@ -21,7 +21,8 @@ So, for a driver JVM this process launches:
 An archive is named by what it must match (:func:`archive_key`): the Java runtime,
 the jars on the classpath (pyspark's, and any on ``spark.jars``). The JVM checks the
 match again and, on any mismatch, simply runs without it. They live in
-``~/.cache/synthetic-sla-probe/class-archives/`` (about 190 MB each),
+``~/.cache/synthetic-sla-probe/class-archives/`` (about 190 MB each, the last
+:data:`KEEP` written),
 ``SLA_PROBE_CLASS_ARCHIVES`` to put them elsewhere, ``off`` to use none. A directory
 that cannot be written is no error: the JVM starts as it always did.
 """
@@ -46,6 +47,8 @@ ENV = "SLA_PROBE_CLASS_ARCHIVES"
 # How long this process waits at exit for a JVM writing an archive: dumping takes a
 # few seconds; past this the archive is given up, never half used.
 DUMP_WAIT_S = 60.0
+# Archives kept in the directory, the last written.
+KEEP = 4
 
 
 def archive_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -107,11 +110,22 @@ class ArchiveUse:
             if code == 0 and self.dump.is_file() and self.dump.stat().st_size > 0:
                 os.replace(self.dump, self.archive)
                 log.debug("class archive: %s written", self.archive)
+                prune(self.archive.parent)
         finally:
             with contextlib.suppress(OSError):
                 self.dump.unlink()
             with contextlib.suppress(OSError):
                 self.lock.unlink()
+
+
+def prune(directory: Path, keep: int = KEEP) -> None:
+    """Only the ``keep`` archives written last stay: each Java update, pyspark
+    upgrade or new virtualenv makes another (a classpath of its own), and the old
+    ones would pile up, 190 MB each."""
+    archives = sorted(directory.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime_ns)
+    for old in archives[:-keep]:
+        with contextlib.suppress(OSError):
+            old.unlink()
 
 
 def for_driver(settings: Mapping[str, str], *, may_write: bool) -> ArchiveUse | None:
