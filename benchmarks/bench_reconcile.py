@@ -307,7 +307,7 @@ def main() -> None:
         if args.command:
             commands(broker, table, args.window_offsets, args.command, floors)
             return
-        spark = sink_session("local[2]", app_name="bench-reconcile")
+        spark = sink_session("local[2]", app_name="bench-reconcile", streaming=False)
         settings = ReconcileSettings(
             bootstrap_servers=broker.bootstrap_servers,
             topic=TOPIC,

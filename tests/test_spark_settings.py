@@ -9,7 +9,7 @@ import pytest
 
 from probe.spark.health import failure_reason, failure_summary
 from probe.spark.kafka_source import starting_map
-from probe.spark.session import DEFAULT_CONF, QUICK_JIT, executors_python, session_conf
+from probe.spark.session import BATCH_GC, DEFAULT_CONF, QUICK_JIT, executors_python, session_conf
 
 
 def test_the_probes_spark_settings_are_defaults_only() -> None:
@@ -40,6 +40,19 @@ def test_a_short_run_compiles_with_the_first_tier_unless_told_otherwise() -> Non
     assert session_conf({}, {}, None, short_run=True)[options] == f"-Xss4m {QUICK_JIT}"
     assert QUICK_JIT not in session_conf({}, {}, None)[options]
     assert session_conf({}, {options: "-Xss8m"}, None, short_run=True)[options] == "-Xss8m"
+
+
+def test_a_batch_job_collects_with_the_throughput_collector_unless_told_otherwise() -> None:
+    """reconcile's driver JVM runs the parallel collector (a short one the first JIT
+    tier too); the streaming sink keeps the JVM's default; options given win."""
+    options = "spark.driver.extraJavaOptions"
+    assert session_conf({}, {}, None, batch=True)[options] == f"-Xss4m {BATCH_GC}"
+    assert (
+        session_conf({}, {}, None, short_run=True, batch=True)[options]
+        == f"-Xss4m {QUICK_JIT} {BATCH_GC}"
+    )
+    assert BATCH_GC not in session_conf({}, {}, None, short_run=True)[options]
+    assert session_conf({options: "-Xss8m"}, {}, None, batch=True)[options] == "-Xss8m"
 
 
 @pytest.mark.parametrize(

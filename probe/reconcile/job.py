@@ -91,6 +91,7 @@ from probe.spark.kafka_source import (
     SOURCE_NAME,
     OffsetRange,
     TopicOffsets,
+    group_ranges,
     planned_reads,
     split_ranges,
 )
@@ -129,6 +130,9 @@ SOURCE_RECORDS = StructType(
 SAMPLE_KINDS = ("missing", "mismatched", "extra", "duplicated")
 # Per-record (or per-key) counts, summed per window: what a Tally is made of.
 COUNTS = ("source", "excluded", "sink", "matched", "mismatched", "missing", "extra", "duplicated")
+# Read tasks per core, at most: ranges are grouped into as many, so a skewed one
+# leaves the other cores work.
+READ_WAVES = 4
 # The plan frames' Spark types in Arrow's terms.
 _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
     IntegerType: pa.int32(),
@@ -334,13 +338,17 @@ class ReconcileJob:
             raw = reader.load()
         else:
             # The offsets were listed on the driver to plan the windows: the tasks
-            # read those ranges (large ones in pieces) with the sla_kafka source's
-            # reader, no second listing.
-            ranges = split_ranges(
-                [OffsetRange(s.topic, int(p), starts[p], ends[p]) for p in starts], tasks
+            # read those ranges with the sla_kafka source's reader, no second
+            # listing. Large ranges in pieces, many small ones grouped (a task per
+            # partition of a 10,000-partition topic would cost more than its read).
+            groups = group_ranges(
+                split_ranges(
+                    [OffsetRange(s.topic, int(p), starts[p], ends[p]) for p in starts], tasks
+                ),
+                tasks * READ_WAVES,
             )
-            raw = self.spark.range(0, len(ranges), 1, len(ranges)).mapInArrow(
-                planned_reads(s.source_options(), ranges, READ_TIMEOUT_S), SOURCE_SCHEMA
+            raw = self.spark.range(0, len(groups), 1, len(groups)).mapInArrow(
+                planned_reads(s.source_options(), groups, READ_TIMEOUT_S), SOURCE_SCHEMA
             )
         if s.record_format is RecordFormat.CANARY:
             assert s.keyring_json is not None

@@ -821,22 +821,22 @@ def read_ranges(
 
 
 def planned_reads(
-    options: Mapping[str, str], ranges: Sequence[OffsetRange], timeout: float
+    options: Mapping[str, str], groups: Sequence[Sequence[OffsetRange]], timeout: float
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A ``mapInArrow`` function over ``spark.range(len(ranges), numPartitions=...)``:
-    each id names a range, and a task reads the ranges of its ids (one consumer) as
-    :func:`read_ranges` does, yielding :data:`SCHEMA`'s rows.
+    """A ``mapInArrow`` function over ``spark.range(len(groups), numPartitions=...)``:
+    each id names a group of ranges, and a task reads the groups of its ids with one
+    consumer, as :func:`read_ranges` does, yielding :data:`SCHEMA`'s rows.
 
     For a job whose driver has listed the offsets already (reconcile): a batch read
     through the data source would list them again, and the Python Data Source API
     costs three more Python processes on the driver per read (looking the source up,
     creating it, planning it), seconds of a small job.
     """
-    planned = list(ranges)
+    planned = [list(group) for group in groups]
     settings = dict(options)
 
     def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        owed = [planned[i] for batch in ids for i in batch.column(0).to_pylist()]
+        owed = [r for batch in ids for i in batch.column(0).to_pylist() for r in planned[i]]
         yield from read_ranges(settings, owed, timeout)
 
     return read

@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from probe.core.errors import ConfigError, ReconcileFailed
 from probe.embedded import EmbeddedBroker
+from probe.reconcile import job as job_module
 from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import Reconciliation, WindowStatus
 from probe.reconcile.windows import WindowSpec
@@ -108,6 +109,21 @@ async def test_a_table_holding_every_record_once_is_complete(
     for result in run.windows:
         # Both sides hold the same records: the same window checksum.
         assert result.tally.source_checksum == result.tally.sink_checksum != "0" * 16
+
+
+async def test_many_partitions_are_read_in_a_few_tasks_every_record_matched(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """More partitions than read tasks (at most READ_WAVES a core): the ranges are read
+    in groups, one consumer a task, and every record of every partition is compared."""
+    partitions = 4 * job_module.READ_WAVES * spark.sparkContext.defaultParallelism + 3
+    counts = {p: 1 + p % 3 for p in range(partitions) if p % 5}
+    await _create(broker, topic, partitions)
+    _produce(broker, topic, counts, "r")
+    table = _table(tmp_path / "t", _raw_rows(counts), RAW)
+    run = _job(spark, broker, topic, table).run("grouped")
+    assert _by_window(run) == {(p, 0): (WindowStatus.COMPLETE, n, n) for p, n in counts.items()}
+    assert run.exit_code == 0
 
 
 async def test_each_discrepancy_is_counted_and_named_by_partition_window_and_offset(
