@@ -73,7 +73,10 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(archives: Path) -> None:
     assert writing is not None
     assert writing.lock is not None
     writing.lock.write_text(gone.stdout.strip())
+    assert writing.dump is not None
+    writing.dump.write_bytes(b"half")
     again = for_driver({}, may_write=True)
+    assert not writing.dump.exists()
     assert again is not None
     assert again.dump is not None
     assert again.lock is not None

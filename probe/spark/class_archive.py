@@ -170,6 +170,9 @@ def _take(lock: Path) -> int | None:
         except FileExistsError:
             if _holder_alive(lock):
                 return None
+            # Its dump too, if its JVM got as far as writing one.
+            for dump in lock.parent.glob(f"{lock.stem}.*.dumping"):
+                dump.unlink(missing_ok=True)
             lock.unlink(missing_ok=True)
     return None
 
