@@ -47,6 +47,7 @@ from pyspark import StorageLevel
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -133,13 +134,6 @@ COUNTS = ("source", "excluded", "sink", "matched", "mismatched", "missing", "ext
 # Read tasks per core, at most: ranges are grouped into as many, so a skewed one
 # leaves the other cores work.
 READ_WAVES = 4
-# The plan frames' Spark types in Arrow's terms.
-_ARROW_TYPES: dict[type[DataType], pa.DataType] = {
-    IntegerType: pa.int32(),
-    LongType: pa.int64(),
-    BooleanType: pa.bool_(),
-    StringType: pa.string(),
-}
 
 
 @dataclass(frozen=True)
@@ -298,13 +292,9 @@ class ReconcileJob:
     def _frame(self, rows: Sequence[tuple[object, ...]], schema: StructType) -> DataFrame:
         """A small frame of the driver's rows, handed to the JVM as Arrow: a list of
         tuples would be unpickled by a Python worker, a stage of its own."""
-        columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema.fields)
-        arrow = pa.table(
-            [
-                pa.array(values, _ARROW_TYPES[type(f.dataType)])
-                for values, f in zip(columns, schema.fields, strict=True)
-            ],
-            names=schema.fieldNames(),
+        names = schema.fieldNames()
+        arrow = pa.Table.from_pylist(
+            [dict(zip(names, row, strict=True)) for row in rows], schema=to_arrow_schema(schema)
         )
         return self.spark.createDataFrame(arrow, schema)
 

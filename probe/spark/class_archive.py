@@ -86,12 +86,25 @@ def _jar_files(directories: list[Path]) -> list[Path]:
 
 @dataclass(frozen=True)
 class ArchiveUse:
-    """What to add to the driver's options, and where a dump goes (None: no dump)."""
+    """What to add to the driver's options; ``writing``: the archive's path without
+    its suffix, when this run's JVM writes it (its dump, the archive, the lock are
+    that path's ``.dumping``, ``.jsa`` and ``.lock``; the lock lets one run at a time
+    write, so one dump file per archive is enough)."""
 
     java_option: str
-    dump: Path | None = None
-    archive: Path | None = None
-    lock: Path | None = None
+    writing: Path | None = None
+
+    @property
+    def dump(self) -> Path | None:
+        return None if self.writing is None else self.writing.with_suffix(".dumping")
+
+    @property
+    def archive(self) -> Path | None:
+        return None if self.writing is None else self.writing.with_suffix(".jsa")
+
+    @property
+    def lock(self) -> Path | None:
+        return None if self.writing is None else self.writing.with_suffix(".lock")
 
     def finish(self, jvm: subprocess.Popen[bytes]) -> None:
         """After the run: let the JVM exit (its stdin closes, pyspark's signal to go),
@@ -140,12 +153,14 @@ def for_driver(settings: Mapping[str, str], *, may_write: bool) -> ArchiveUse | 
     spark_jars = Path(pyspark.__file__).parent / "jars"
     extra = [Path(jar) for jar in settings.get("spark.jars", "").split(",") if jar]
     key = archive_key(java, [spark_jars], extra)
-    archive = directory / f"spark-{key}.jsa"
+    named = directory / f"spark-{key}"
+    archive = named.with_suffix(".jsa")
     if archive.is_file():
         return ArchiveUse(f"-XX:SharedArchiveFile={archive}")
     if not may_write:
         return None
-    lock = directory / f"spark-{key}.lock"
+    writing = ArchiveUse(f"-XX:ArchiveClassesAtExit={named.with_suffix('.dumping')}", named)
+    lock = named.with_suffix(".lock")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         descriptor = _take(lock)
@@ -156,8 +171,7 @@ def for_driver(settings: Mapping[str, str], *, may_write: bool) -> ArchiveUse | 
         return None
     with os.fdopen(descriptor, "w") as held:
         held.write(str(os.getpid()))
-    dump = directory / f"spark-{key}.{os.getpid()}.dumping"
-    return ArchiveUse(f"-XX:ArchiveClassesAtExit={dump}", dump=dump, archive=archive, lock=lock)
+    return writing
 
 
 def _take(lock: Path) -> int | None:
@@ -171,8 +185,7 @@ def _take(lock: Path) -> int | None:
             if _holder_alive(lock):
                 return None
             # Its dump too, if its JVM got as far as writing one.
-            for dump in lock.parent.glob(f"{lock.stem}.*.dumping"):
-                dump.unlink(missing_ok=True)
+            lock.with_suffix(".dumping").unlink(missing_ok=True)
             lock.unlink(missing_ok=True)
     return None
 

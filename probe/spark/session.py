@@ -258,10 +258,15 @@ def _start_context(
 def _write_archive(archive: class_archive.ArchiveUse, jvm: subprocess.Popen[bytes]) -> None:
     """Stop the context first (its Python side serves the JVM until then: a JVM gone
     under it logged a socket server's traceback), then let the JVM exit and write."""
+    _stop_context()
+    archive.finish(jvm)
+
+
+def _stop_context() -> None:
+    """Stop pyspark's active context, if any, whatever state its JVM is in."""
     with contextlib.suppress(Exception):
         if SparkContext._active_spark_context is not None:
             SparkContext._active_spark_context.stop()
-    archive.finish(jvm)
 
 
 def _why_not(spark_output: str | None) -> str:
@@ -287,9 +292,7 @@ def forget_session() -> None:
     so the next :func:`sink_session` launches a new one instead of reusing a dead
     gateway. pyspark keeps one JVM per process in class attributes; nothing else
     resets them short of a new process."""
-    with contextlib.suppress(Exception):  # stopping what is left of the old context
-        if SparkContext._active_spark_context is not None:
-            SparkContext._active_spark_context.stop()
+    _stop_context()  # what is left of the old one
     SparkContext._active_spark_context = None
     SparkContext._gateway = None
     SparkContext._jvm = None
