@@ -2,8 +2,9 @@
 
 Run: ``python benchmarks/bench_sink_scale.py [--broker embedded|apache-kafka]
 [--partitions 1000,10000] [--window SECONDS] [--interval 20] [--warm-up SECONDS]
-[--scrape-every SECONDS] [--log-level debug] [--keep DIR]`` (needs pyspark; ``--broker
-apache-kafka`` needs ``make kafka``).
+[--scrape-every SECONDS] [--log-level debug] [--keep DIR] [--config FILE]`` (needs
+pyspark; ``--broker apache-kafka`` needs ``make kafka``; ``--config``: a configuration
+file for the probe, sink.trigger say).
 
 Each case is what a user runs: ``sla-probe run --stages consumer,sink`` as its own
 process (``--bootstrap-servers``, ``--topic``, ``--interval``, ``--sink-path`` in a
@@ -189,7 +190,13 @@ class Window:
 
 @contextlib.contextmanager
 def probe_process(
-    bootstrap: str, port: int, scratch: Path, interval: float, log_level: str = "info"
+    bootstrap: str,
+    port: int,
+    scratch: Path,
+    interval: float,
+    *,
+    log_level: str = "info",
+    config: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLA_PROBE_")}
     command = [
@@ -199,6 +206,8 @@ def probe_process(
         "--spark-log", str(scratch / "spark.log"), "--metrics-port", str(port),
         "--metrics-host", "127.0.0.1", "--allow-ephemeral-key", "--log-level", log_level,
     ]  # fmt: skip
+    if config is not None:
+        command += ["--config", str(config)]
     with (scratch / "run.log").open("wb") as log:
         # Its own session: Spark's JVM and workers are in its group, killed with it.
         probe = subprocess.Popen(command, env=env, stderr=log, start_new_session=True)
@@ -371,7 +380,14 @@ def run_case(partitions: int, args: argparse.Namespace) -> None:
         port = free_loopback_port()
         logs = (scratch / "run.log", scratch / "spark.log")
         try:
-            with probe_process(bootstrap, port, scratch, args.interval, args.log_level) as probe:
+            with probe_process(
+                bootstrap,
+                port,
+                scratch,
+                args.interval,
+                log_level=args.log_level,
+                config=args.config,
+            ) as probe:
                 took = wait_first_verdict(probe, port, args.first_verdict_within)
                 print(f"  first sink verdict {took:.0f}s after the probe's start", flush=True)
                 time.sleep(args.warm_up)
@@ -404,6 +420,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--keep", type=Path, help="a new directory to keep each case's logs and tables in"
+    )
+    parser.add_argument(
+        "--config", type=Path, help="a configuration file for the probe (sink.trigger, ...)"
     )
     args = parser.parse_args()
     if args.warm_up is None:

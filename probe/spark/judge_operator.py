@@ -14,10 +14,22 @@ State of a group:
     Map state, partition -> the stream's :class:`probe.core.judge.StreamState` as JSON
     (a few kilobytes: :mod:`probe.core.judge_memory`).
 ``deadlines``
-    Value state, JSON: ``{"due": {partition: earliest loss deadline (ns)}, "timer": ms}``
-    for the streams with canaries pending, and the one processing-time timer kept at
-    the earliest of them, so canaries implied by a sequence gap are declared lost even
-    if their partition falls silent.
+    Value state, JSON: ``{"due": {partition: earliest loss deadline (ns)}, "timer": ms,
+    "written": token}`` for the streams with canaries pending, and the one
+    processing-time timer kept at the earliest of them, so canaries implied by a
+    sequence gap are declared lost even if their partition falls silent. ``written``
+    names the group's last write (a random token, new at every write of its streams).
+
+Each call into Spark's state server costs a round trip and, on the JVM side, a row
+converted each way: reading and writing every stream's state, stream by stream, was
+most of the judge's time at 10,000 partitions. So a Python worker remembers the judges
+of the groups it last wrote, under that write's token (:data:`_REMEMBERED`): when the
+group's stored token is still the one it wrote, nothing was written since, and its
+judges are the stored state, so only the token is read. Otherwise (another worker
+judged the group since, a batch failed or is replayed, the query restarted) the
+streams a batch needs are read again. A group's memory is dropped while its batch
+runs and kept again only once its state and token are written, so a failure halfway
+leaves nothing to trust.
 
 A sink checkpoint of an older probe (a group and a ``judge`` value state per stream)
 keeps its offsets; its judge state is not read: each stream is learnt again from its
@@ -28,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 from collections.abc import Iterator
 from itertools import groupby
 from typing import Any
@@ -69,9 +82,28 @@ def bucket_of(partition: Any) -> Any:
 class _Deadlines:
     due: dict[int, int]  # partition -> earliest loss deadline of its pending canaries
     timer_ms: int | None  # the processing-time timer registered for the earliest
+    written: str | None = None  # the token of the group's last write
 
     def earliest_ms(self) -> int | None:
         return min(self.due.values()) // 1_000_000 + 1 if self.due else None
+
+
+# (probe, target, bucket, freshness ns, loss timeout ns): a group of the judge as a
+# worker knows it. The policy is part of it: a query restarted with other deadlines
+# judges with judges of its own.
+_GroupKey = tuple[str, str, int, int, int]
+
+
+@dataclasses.dataclass
+class _Remembered:
+    written: str  # the token this worker wrote with the group's state
+    judges: dict[int, Judge]  # partition -> judge, as stored under that token
+
+
+# The judges of the groups this worker process wrote last, by group. A worker serves
+# one task at a time; its memory outlives the task (Spark reuses Python workers). At
+# most a group's streams each: about 10 kB a stream once its memory is full.
+_REMEMBERED: dict[_GroupKey, _Remembered] = {}
 
 
 class JudgeProcessor(StatefulProcessor):
@@ -85,12 +117,31 @@ class JudgeProcessor(StatefulProcessor):
         self.streams = handle.getMapState("streams", _PARTITION, _JSON)
         self.deadlines = handle.getValueState("deadlines", _JSON)
 
-    def _judge(self, key: StreamKey) -> Judge:
-        judge = Judge(self.policy)
-        stored = self.streams.getValue((key.partition,))
-        if stored is not None:
-            judge.import_state(key, json.loads(stored[0]))
-        return judge
+    def _group(self, key: tuple[Any, ...]) -> _GroupKey:
+        policy = self.policy
+        return (str(key[0]), str(key[1]), int(key[2]), policy.freshness_ns, policy.loss_timeout_ns)
+
+    def _judges(
+        self, group: _GroupKey, deadlines: _Deadlines, needed: set[int]
+    ) -> dict[int, Judge]:
+        """The group's judges of the ``needed`` streams (and any this worker remembers
+        as stored), their state as stored. Takes the group's memory: :meth:`_remember`
+        gives it back once the new state is written."""
+        remembered = _REMEMBERED.pop(group, None)
+        judges: dict[int, Judge] = {}
+        if remembered is not None and remembered.written == deadlines.written:
+            judges = remembered.judges
+        for partition in needed - judges.keys():
+            judge = judges[partition] = Judge(self.policy)
+            stored = self.streams.getValue((partition,))
+            if stored is not None:
+                stream = StreamKey(group[0], group[1], partition)
+                judge.import_state(stream, json.loads(stored[0]))
+        return judges
+
+    def _remember(self, group: _GroupKey, deadlines: _Deadlines, judges: dict[int, Judge]) -> None:
+        if deadlines.written is not None:
+            _REMEMBERED[group] = _Remembered(deadlines.written, judges)
 
     def _save(self, judge: Judge, key: StreamKey, deadlines: _Deadlines) -> None:
         exported = judge.export_state(key)
@@ -112,9 +163,12 @@ class JudgeProcessor(StatefulProcessor):
             return _Deadlines({}, None)
         data = json.loads(stored[0])
         due = {int(partition): int(ns) for partition, ns in data["due"].items()}
-        return _Deadlines(due, data["timer"])
+        # Absent from the state of an older probe: nothing remembered matches it.
+        return _Deadlines(due, data["timer"], data.get("written"))
 
-    def _store_deadlines(self, deadlines: _Deadlines, before: _Deadlines) -> None:
+    def _store_deadlines(self, deadlines: _Deadlines, before: _Deadlines, wrote: bool) -> None:
+        """Keeps the timer at the earliest deadline; writes the deadlines when they
+        changed or any stream was written (``wrote``: with a new token)."""
         wanted = deadlines.earliest_ms()
         if wanted != deadlines.timer_ms:
             if deadlines.timer_ms is not None:
@@ -122,20 +176,30 @@ class JudgeProcessor(StatefulProcessor):
             if wanted is not None:
                 self.handle.registerTimer(wanted)
             deadlines.timer_ms = wanted
+        if wrote:
+            deadlines.written = secrets.token_hex(8)
         if deadlines != before:
             due = {str(partition): ns for partition, ns in sorted(deadlines.due.items())}
-            self.deadlines.update((json.dumps({"due": due, "timer": deadlines.timer_ms}),))
+            data = {"due": due, "timer": deadlines.timer_ms, "written": deadlines.written}
+            self.deadlines.update((json.dumps(data),))
+
+    def _due(self, deadlines: _Deadlines, now_ns: int, judged: set[int]) -> list[int]:
+        """The group's streams whose loss deadline passed and that had no record."""
+        return sorted(p for p, ns in deadlines.due.items() if ns <= now_ns and p not in judged)
 
     def _expire_due(
-        self, probe: str, target: str, now_ns: int, deadlines: _Deadlines, judged: set[int]
+        self,
+        group: _GroupKey,
+        now_ns: int,
+        deadlines: _Deadlines,
+        due: list[int],
+        judges: dict[int, Judge],
     ) -> list[dict[str, object]]:
-        """Losses of the group's streams whose deadline passed and that had no record."""
+        """Losses of the ``due`` streams."""
         out: list[dict[str, object]] = []
-        for partition in sorted(p for p, ns in deadlines.due.items() if ns <= now_ns):
-            if partition in judged:
-                continue
-            stream = StreamKey(probe, target, partition)
-            judge = self._judge(stream)
+        for partition in due:
+            stream = StreamKey(group[0], group[1], partition)
+            judge = judges[partition]
             out.extend(finding_row(f, None, now_ns, None, None) for f in judge.expire(now_ns))
             self._save(judge, stream, deadlines)
         return out
@@ -156,21 +220,24 @@ class JudgeProcessor(StatefulProcessor):
             return
         deadlines = self._load_deadlines()
         before = dataclasses.replace(deadlines, due=dict(deadlines.due))
-        judged: set[int] = set()
+        group = self._group(key)
         arrivals = arrivals.sort_values(["stream_partition", "kafka_partition", "kafka_offset"])
+        judged = {int(p) for p in arrivals["stream_partition"].unique()}
+        due = self._due(deadlines, now_ns, judged)
+        judges = self._judges(group, deadlines, judged | set(due))
         # One pass over the rows, not a frame per stream (pandas' indexing of every
         # column for every stream was half the batch's time at 1,000 streams).
         by_stream = groupby(frame_rows(arrivals), key=_stream_partition)
         for partition, records in by_stream:
             stream = StreamKey(probe, target, int(partition))
-            judge = self._judge(stream)
+            judge = judges[stream.partition]
             for row in records:
                 out.extend(self._arrival(judge, stream, row, now_ns))
             out.extend(finding_row(f, None, now_ns, None, None) for f in judge.expire(now_ns))
             self._save(judge, stream, deadlines)
-            judged.add(stream.partition)
-        out.extend(self._expire_due(probe, target, now_ns, deadlines, judged))
-        self._store_deadlines(deadlines, before)
+        out.extend(self._expire_due(group, now_ns, deadlines, due, judges))
+        self._store_deadlines(deadlines, before, wrote=bool(judged or due))
+        self._remember(group, deadlines, judges)
         yield typed_frame(out, JUDGED)
 
     def _arrival(
@@ -205,8 +272,12 @@ class JudgeProcessor(StatefulProcessor):
         deadlines = self._load_deadlines()
         before = dataclasses.replace(deadlines, due=dict(deadlines.due))
         deadlines.timer_ms = None  # the timer that fired is gone
-        out = self._expire_due(str(key[0]), str(key[1]), now_ns, deadlines, set())
-        self._store_deadlines(deadlines, before)
+        group = self._group(key)
+        due = self._due(deadlines, now_ns, set())
+        judges = self._judges(group, deadlines, set(due))
+        out = self._expire_due(group, now_ns, deadlines, due, judges)
+        self._store_deadlines(deadlines, before, wrote=bool(due))
+        self._remember(group, deadlines, judges)
         yield typed_frame(out, JUDGED)
 
     def close(self) -> None:

@@ -26,14 +26,18 @@ log = logging.getLogger(__name__)
 # The probe's defaults, never forced: a setting from spark-submit's --conf (or
 # spark-defaults.conf under spark-submit) wins over these, and sink.spark_conf over both.
 # RocksDB keeps transformWithState's state off the JVM heap and is the provider the
-# stateful operator is built for. The larger driver thread stack avoids a
-# StackOverflowError Spark can hit formatting an interrupt while a query stops
-# mid-batch (SPARK-48717); it only reaches a JVM this process launches: under
-# spark-submit the driver JVM runs already, and the command of docs/spark-sink.md passes it.
+# stateful operator is built for; with changelog checkpointing a batch's commit writes
+# the state it changed, not a snapshot of the store (snapshots follow in the
+# background), and a checkpoint written without it is read as it is. The larger
+# driver thread stack avoids a StackOverflowError Spark can hit formatting an
+# interrupt while a query stops mid-batch (SPARK-48717); it only reaches a JVM this
+# process launches: under spark-submit the driver JVM runs already, and the command
+# of docs/spark-sink.md passes it.
 DEFAULT_CONF = {
     "spark.sql.streaming.stateStore.providerClass": (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
     # Progress bars on stderr would interleave with the probe's own logs.
