@@ -33,10 +33,11 @@ import re
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry
-from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark import SparkContext
+from pyspark.sql.streaming.listener import QueryProgressEvent, StreamingQueryListener
 
 from probe.metrics import SinkQueryMetrics
 from probe.spark.lag import SourceLag
@@ -224,6 +225,17 @@ class HealthListener(StreamingQueryListener):
     def __init__(self, health: SparkHealth, query_name: str) -> None:
         self._health = health
         self._query_name = query_name
+        self._wrapper: Any = None
+
+    @property
+    def _jlistener(self) -> Any:
+        """What ``spark.streams.addListener`` registers on the JVM: pyspark's wrapper,
+        around :class:`_ProgressAsJson` instead of pyspark's own call-backs."""
+        if self._wrapper is None:
+            jvm = SparkContext._jvm
+            assert jvm is not None, "a listener is added to a running session"
+            self._wrapper = jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))
+        return self._wrapper
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -237,3 +249,39 @@ class HealthListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         pass
+
+
+class _ProgressAsJson:
+    """The JVM's listener call-backs, each progress event read as its JSON in one call.
+
+    pyspark's own call-backs read an event field by field over py4j, each map and list
+    element by element, a Java exception ending each iteration (which pyspark's error
+    conversion then looks up class by class, scanning Spark's jars on the JVM side): at
+    a batch every trigger, that was about a tenth of the sink's JVM and of the probe's
+    own thread. The JSON is what ``StreamingQuery.lastProgress`` reads too. Only progress
+    is listened to (see HealthListener).
+    """
+
+    def __init__(self, listener: StreamingQueryListener) -> None:
+        self._listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        pass
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        try:
+            event = QueryProgressEvent.fromJson(json.loads(jevent.json()))
+        except (KeyError, ValueError):
+            # A field its JSON leaves out (Spark omits rates that are not numbers)
+            # that pyspark's reader requires: read it field by field instead.
+            event = QueryProgressEvent.fromJObject(jevent)
+        self._listener.onQueryProgress(event)
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        pass
+
+    class Java:
+        implements: ClassVar = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
