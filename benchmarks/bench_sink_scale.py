@@ -39,7 +39,9 @@ sampled from /proc. Printed per case:
 * the sink query's restarts by reason and whether it was given up;
 * CPU-seconds per round and cores of the probe's process tree (the probe, Spark's
   JVM, its Python workers; the broker and this benchmark apart:
-  bench_sink_source.tree_cpu less this process), over the window. A worker that
+  bench_sink_source.tree_cpu less this process), over the window, and its split:
+  Spark's JVM and Python workers, and the probe's own process (its stages, the
+  sink's driver side in Python: foreachBatch, progress). A worker that
   exits inside the window takes its CPU with it (counted only in its parent's
   cutime once reaped): the figure is a floor;
 * peak RSS of that tree (VmRSS summed over its processes, each sample);
@@ -71,7 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_scale import quantile
-from bench_sink_source import _children, brokers, create_topic, tree_cpu
+from bench_sink_source import _children, _cpu_seconds, brokers, create_topic, tree_cpu
 from prometheus_client.parser import text_string_to_metric_families
 
 from probe.embedded import free_loopback_port
@@ -182,6 +184,7 @@ class Window:
     last: Samples
     wall: float
     cpu: float
+    own_cpu: float  # the probe's own process: its stages, Spark's driver in Python
     rss: list[float]
     scrapes: list[Samples] = field(default_factory=list)
     checkpoint: tuple[int, int] = (0, 0)
@@ -248,6 +251,7 @@ def measure(
     first = scrape(port)
     checkpoint0, tables0 = du(checkpoint), du(sink_path) - du(checkpoint)
     cpu0, started = probe_cpu(broker_pids), time.monotonic()
+    own0 = _cpu_seconds(probe.pid)
     rss, scrapes = [tree_rss_mib(probe.pid)], [first]
     next_scrape = started + args.scrape_every
     while (now := time.monotonic()) - started < args.window:
@@ -259,6 +263,7 @@ def measure(
         rss.append(tree_rss_mib(probe.pid))
         time.sleep(1.0)
     cpu, wall = probe_cpu(broker_pids) - cpu0, time.monotonic() - started
+    own = _cpu_seconds(probe.pid) - own0
     last = scrape(port)
     scrapes.append(last)
     checkpoint1 = du(checkpoint)
@@ -267,6 +272,7 @@ def measure(
         last,
         wall,
         cpu,
+        own,
         rss,
         scrapes,
         (checkpoint0, checkpoint1),
@@ -350,9 +356,12 @@ def report(window: Window, partitions: int, interval: float) -> None:
         f"given up {total(last, 'synthetic_sla_spark_query_failed'):.0f}, "
         f"up {total(last, 'synthetic_sla_spark_query_up'):.0f}"
     )
+    spark = window.cpu - window.own_cpu
     print(
         f"  CPU {window.cpu / max(rounds, 1e-9):.1f}s a round, {window.cpu / window.wall:.2f} "
-        f"cores (probe tree, broker apart); peak RSS {max(window.rss):,.0f} MiB"
+        f"cores (probe tree, broker apart: Spark's JVM and Python workers "
+        f"{spark / window.wall:.2f}, the probe's own process {window.own_cpu / window.wall:.2f}); "
+        f"peak RSS {max(window.rss):,.0f} MiB"
     )
     (c0, c1), (t0, t1) = window.checkpoint, window.tables
     print(
