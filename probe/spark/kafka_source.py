@@ -102,7 +102,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -760,7 +760,7 @@ class RangeReads:
 
 def read_ranges(
     options: Mapping[str, str], ranges: Sequence[OffsetRange], timeout: float
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch, None, None]:
     """Every record of the ranges (one topic), each partition's in offset order, as
     Arrow record batches (:data:`ARROW_SCHEMA`), with one consumer.
 

@@ -25,7 +25,7 @@ from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import Reconciliation, WindowStatus
 from probe.reconcile.windows import WindowSpec
 from probe.spark.checksum import RecordFormat
-from probe.spark.kafka_source import TopicOffsets
+from probe.spark.kafka_source import OffsetRange, TopicOffsets
 from tests.conftest import SLA_PROBE, until, wait_for
 from tests.spark.test_kafka_source import _create, _produce
 
@@ -80,6 +80,12 @@ def _job(
     return ReconcileJob(spark, settings, clock_ms or _settled_clock)
 
 
+# Where the records are read: a small run reads them on the driver, a large one (or
+# any, with driver_read_records 0) on the executors; both must judge alike.
+READS = {"driver": {}, "executors": {"driver_read_records": 0}}
+read_on = pytest.mark.parametrize("read_on", list(READS))
+
+
 def _settled_clock() -> int:
     """Ten seconds from now: everything produced so far is older than the settle
     delay these tests use, however fast they run."""
@@ -93,13 +99,14 @@ def _by_window(run: Reconciliation) -> dict[tuple[int, int], tuple[WindowStatus,
     }
 
 
+@read_on
 async def test_a_table_holding_every_record_once_is_complete(
-    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path, read_on: str
 ) -> None:
     await _create(broker, topic, 3)
     _produce(broker, topic, {0: 12, 1: 5, 2: 0}, "r")
     table = _table(tmp_path / "t", _raw_rows({0: 12, 1: 5}), RAW)
-    run = _job(spark, broker, topic, table).run("run-1")
+    run = _job(spark, broker, topic, table, **READS[read_on]).run("run-1")
     assert _by_window(run) == {
         (0, 0): (WindowStatus.COMPLETE, 10, 10),
         (0, 10): (WindowStatus.COMPLETE, 2, 2),
@@ -121,13 +128,14 @@ async def test_many_partitions_are_read_in_a_few_tasks_every_record_matched(
     await _create(broker, topic, partitions)
     _produce(broker, topic, counts, "r")
     table = _table(tmp_path / "t", _raw_rows(counts), RAW)
-    run = _job(spark, broker, topic, table).run("grouped")
+    run = _job(spark, broker, topic, table, **READS["executors"]).run("grouped")
     assert _by_window(run) == {(p, 0): (WindowStatus.COMPLETE, n, n) for p, n in counts.items()}
     assert run.exit_code == 0
 
 
+@read_on
 async def test_each_discrepancy_is_counted_and_named_by_partition_window_and_offset(
-    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path, read_on: str
 ) -> None:
     await _create(broker, topic, 3)
     _produce(broker, topic, {0: 10, 1: 10, 2: 10}, "r")
@@ -136,7 +144,8 @@ async def test_each_discrepancy_is_counted_and_named_by_partition_window_and_off
     del by_key[(1, 3)], by_key[(1, 8)]  # two rows lost
     by_key[(2, 4)] = {**by_key[(2, 4)], "value": b"r-2-4 but changed"}  # one altered
     table_rows = [*by_key.values(), by_key[(0, 7)]]  # one written twice
-    run = _job(spark, broker, topic, _table(tmp_path / "t", table_rows, RAW)).run("run-2")
+    table = _table(tmp_path / "t", table_rows, RAW)
+    run = _job(spark, broker, topic, table, **READS[read_on]).run("run-2")
     assert run.exit_code == 1
     p0, p1, p2 = run.windows
     assert (p0.status, p0.tally.duplicated, p0.tally.samples.duplicated) == (
@@ -330,6 +339,28 @@ async def test_a_table_matched_by_the_record_key_without_a_time_column(
     assert (window.tally.missing, window.tally.samples.missing) == (1, (2,))
     assert (window.tally.matched, window.tally.extra) == (4, 0)
     assert window.tally.source_checksum != window.tally.sink_checksum
+
+
+async def test_a_small_run_reads_on_the_driver_within_its_bounds(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every record of the ranges, read here; none when the ranges hold more offsets
+    than the driver reads, or the records more bytes: the executors read them then."""
+    await _create(broker, topic, 2)
+    _produce(broker, topic, {0: 4, 1: 3}, "r")
+    ranges = [OffsetRange(topic, 0, 0, 4), OffsetRange(topic, 1, 0, 3)]
+    job = _job(spark, broker, topic, str(tmp_path / "t"))
+    read = job._read_on_driver(ranges)
+    assert read is not None
+    read_back = zip(read["partition"].to_pylist(), read["value"].to_pylist(), strict=True)
+    assert sorted(read_back) == [(p, _value(p, o)) for p, n in ((0, 4), (1, 3)) for o in range(n)]
+    assert _job(spark, broker, topic, "t", driver_read_records=6)._read_on_driver(ranges) is None
+    monkeypatch.setattr(job_module, "DRIVER_READ_BYTES", read.nbytes - 1)
+    assert job._read_on_driver(ranges) is None
 
 
 def test_a_table_without_the_named_columns_is_a_config_error(
