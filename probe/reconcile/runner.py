@@ -37,7 +37,6 @@ from pyspark.sql import SparkSession
 
 from probe.config import KafkaConfig, ProbeConfig, require_for_reconcile
 from probe.core.errors import ConfigError, ReconcileFailed, TransportError
-from probe.endpoints import MetricsServer, build_app
 from probe.metrics import probe_version
 from probe.reconcile.job import Plan, ReconcileJob, ReconcileSettings, plan_run
 from probe.reconcile.metrics import ReconcileMetrics
@@ -47,8 +46,7 @@ from probe.reconcile.report_table import RUN_ID, write_report
 from probe.reconcile.windows import WindowSpec
 from probe.signals import stop_on_signals
 from probe.spark.checksum import RecordFormat
-from probe.spark.session import sink_session, starts_own_jvm
-from probe.spark.stage import writable_spark_output
+from probe.spark.session import sink_session, starts_own_jvm, writable_spark_output
 from probe.status_board import StatusView, refresh_every
 from probe.status_page import ReconcileRun
 
@@ -305,6 +303,9 @@ async def serve_reconcile(
     followed at once by the next, with no catching up). A stop cancels the Spark jobs
     of a run under way.
     """
+    # Only this service serves endpoints: a single run does not import aiohttp.
+    from probe.endpoints import MetricsServer, build_app  # noqa: PLC0415
+
     every = config.reconcile.every
     assert every is not None
     stop = stop_on_signals(stop)

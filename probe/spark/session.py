@@ -10,13 +10,14 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkRuntimeError
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from probe.core.errors import StageFailed
+from probe.core.errors import ConfigError, StageFailed
 from probe.spark import class_archive
 from probe.spark.kafka_connector import CONNECTOR_NAME
 from probe.spark_kafka.jars import session_jars
@@ -62,6 +63,46 @@ CONNECTOR_SECRETS = r"jaas\.config|keystore\.key|password"
 
 # Lines of Spark's output quoted when its JVM does not start (no Java, a bad option).
 _FAILURE_TAIL_LINES = 8
+
+
+def spark_output(spark_log: str | None, sink_path: str) -> str | None:
+    """The file Spark's own output goes to (``sink.spark_log``), None for stderr.
+
+    Unset: ``spark.log`` beside the sink's tables when they are on a local disk, else
+    (``s3a://``, ``hdfs://``...) nowhere. Spark's lines are not the probe's: on
+    stderr they break a log pipeline that parses the probe's JSON lines.
+    """
+    if spark_log == "-":
+        return None
+    if spark_log is not None:
+        return spark_log
+    url = urlsplit(sink_path)
+    if url.scheme == "file":
+        return os.path.join(url.path, "spark.log")
+    if url.scheme == "":
+        return os.path.join(sink_path, "spark.log")
+    return os.devnull
+
+
+def writable_spark_output(spark_log: str | None, sink_path: str) -> str | None:
+    """:func:`spark_output`, ready to append to before Spark starts: the sink path is
+    created for the default ``spark.log`` in it (the command writes its tables or its
+    report there anyway), a ``sink.spark_log`` given is taken as it is. A file that
+    cannot be written is a ConfigError naming its setting, never a traceback from
+    Spark's start."""
+    path = spark_output(spark_log, sink_path)
+    if path is None or path == os.devnull:
+        return path
+    explicit = spark_log is not None
+    try:
+        if not explicit:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        field = "sink.spark_log" if explicit else "sink.path"
+        raise ConfigError(field, f"cannot write Spark's log {path}: {exc.strerror}") from exc
+    return path
 
 
 def starts_own_jvm() -> bool:

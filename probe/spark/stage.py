@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
 import sys
 import tempfile
@@ -21,7 +20,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
-from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 from py4j.protocol import Py4JError
@@ -35,7 +33,7 @@ from probe.core.restarts import RestartState, RestartStrategy, after_failure
 from probe.metrics import ProbeMetrics
 from probe.spark.health import SparkHealth, failure_reason, failure_summary
 from probe.spark.lag import SourceLag
-from probe.spark.session import starts_own_jvm
+from probe.spark.session import starts_own_jvm, writable_spark_output
 from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
 from probe.stages.stage import Recorder
 
@@ -109,25 +107,6 @@ def sink_settings(config: ProbeConfig, path: str) -> SinkSettings:
     )
 
 
-def spark_output(spark_log: str | None, sink_path: str) -> str | None:
-    """The file Spark's own output goes to (``sink.spark_log``), None for stderr.
-
-    Unset: ``spark.log`` beside the sink's tables when they are on a local disk, else
-    (``s3a://``, ``hdfs://``...) nowhere. Spark's lines are not the probe's: on
-    stderr they break a log pipeline that parses the probe's JSON lines.
-    """
-    if spark_log == "-":
-        return None
-    if spark_log is not None:
-        return spark_log
-    url = urlsplit(sink_path)
-    if url.scheme == "file":
-        return os.path.join(url.path, "spark.log")
-    if url.scheme == "":
-        return os.path.join(sink_path, "spark.log")
-    return os.devnull
-
-
 class SinkProgress:
     """Says on a terminal that the sink stage is starting, then that it is ready.
 
@@ -152,27 +131,6 @@ class SinkProgress:
         if self._shown:
             self._stream.write(note + "\n")
             self._stream.flush()
-
-
-def writable_spark_output(spark_log: str | None, sink_path: str) -> str | None:
-    """:func:`spark_output`, ready to append to before Spark starts: the sink path is
-    created for the default ``spark.log`` in it (the command writes its tables or its
-    report there anyway), a ``sink.spark_log`` given is taken as it is. A file that
-    cannot be written is a ConfigError naming its setting, never a traceback from
-    Spark's start."""
-    path = spark_output(spark_log, sink_path)
-    if path is None or path == os.devnull:
-        return path
-    explicit = spark_log is not None
-    try:
-        if not explicit:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "ab"):
-            pass
-    except OSError as exc:
-        field = "sink.spark_log" if explicit else "sink.path"
-        raise ConfigError(field, f"cannot write Spark's log {path}: {exc.strerror}") from exc
-    return path
 
 
 class SparkSinkStage:

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import os
 import posixpath
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    # Only named: the frames come from Spark (foreachBatch), and pyarrow converts
+    # them; importing pandas would cost `sla-probe reconcile` a third of a second.
+    import pandas as pd
 
 # The sink tables. Columns are typed here, not inferred from a batch: a column that
 # is null in one batch must not change type in the next.

@@ -16,7 +16,8 @@ import pytest
 from probe.config import ProbeConfig
 from probe.core.errors import ConfigError
 from probe.core.keys import KeyRing
-from probe.spark.stage import SinkProgress, SparkSinkStage, spark_output, writable_spark_output
+from probe.spark.session import spark_output, writable_spark_output
+from probe.spark.stage import SinkProgress, SparkSinkStage
 from tests.conftest import SLA_PROBE, target_report
 
 
