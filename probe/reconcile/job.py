@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any
 
 import pyarrow as pa
 from py4j.protocol import Py4JError
@@ -293,18 +294,21 @@ class ReconcileJob:
         source = self._source(plan, windows, table) if planned else self._frame([], SOURCE_RECORDS)
         if self.settings.by_key:
             time_plan = F.broadcast(self._frame(by_time, TIME_PLAN))
-            records = self._records_by_key(source, time_plan, table)
+            counts, samples = self._judged(self._records_by_key(source, time_plan, table))
         else:
-            records = self._records(source, self._sink(plan, table))
-        records = records.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            counts = {row["window"]: row for row in self._counts(records).collect()}
-            # Samples name discrepancies: where the counts found none, there are none
-            # to name, and a query (two Spark jobs) is saved.
-            found = any(row[kind] for row in counts.values() for kind in SAMPLE_KINDS)
-            samples = self._samples(records) if found else {}
-        finally:
-            records.unpersist()
+            counts = self._agreed(self._window_sums(source, self._sink_rows(plan, table)))
+            # Only windows whose sums differ are compared record by record: their
+            # records read again (the others' never leave their side's aggregation).
+            differ = [row for row in planned if row[3] not in counts]
+            samples = {}
+            if differ:
+                plan = F.broadcast(self._frame(differ, PLAN))
+                looked_at = [windows[row[3]] for row in differ]
+                records = self._records(
+                    self._source(plan, looked_at, table), self._sink(plan, table)
+                )
+                judged, samples = self._judged(records)
+                counts.update(judged)
         return [
             WindowResult(w, _tally(counts.get(index), samples.get(index, {})))
             for index, w in enumerate(windows)
@@ -464,9 +468,9 @@ class ReconcileJob:
         types = {f.name: f.dataType for f in table.schema.fields}
         return [F.col(f"`{name}`").cast(types[name]) for name in s.columns]
 
-    def _sink(self, plan: DataFrame, table: DataFrame) -> DataFrame:
-        """The table's rows in the planned windows, one per (partition, offset):
-        copies, smallest and largest checksum, and the sum of every copy's."""
+    def _sink_rows(self, plan: DataFrame, table: DataFrame) -> DataFrame:
+        """The table's rows in the planned windows: partition, offset, checksum,
+        window."""
         s = self.settings
         self._require(table, [s.partition_column, s.offset_column, *s.columns])
         rows = table.select(
@@ -474,8 +478,13 @@ class ReconcileJob:
             F.col(f"`{s.offset_column}`").cast(LongType()).alias("kafka_offset"),
             record_checksum(self._sink_canonical(table)).alias("h"),
         )
+        return _in_windows(rows, plan)
+
+    def _sink(self, plan: DataFrame, table: DataFrame) -> DataFrame:
+        """The table's rows in the planned windows, one per (partition, offset):
+        copies, smallest and largest checksum, and the sum of every copy's."""
         return (
-            _in_windows(rows, plan)
+            self._sink_rows(plan, table)
             .groupBy("kafka_partition", "kafka_offset", "window")
             .agg(
                 F.count(F.lit(1)).alias("copies"),
@@ -600,6 +609,63 @@ class ReconcileJob:
                 F.col("h_sum").alias("sink_sum"),
             )
         )
+
+    def _judged(
+        self, records: DataFrame
+    ) -> tuple[dict[int, Any], dict[int, dict[str, tuple[object, ...]]]]:
+        """Per window, the counts of what became of its records, and samples of
+        each discrepancy."""
+        records = records.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts = {row["window"]: row for row in self._counts(records).collect()}
+            # Samples name discrepancies: where the counts found none, there are none
+            # to name, and a query (two Spark jobs) is saved.
+            found = any(row[kind] for row in counts.values() for kind in SAMPLE_KINDS)
+            return counts, (self._samples(records) if found else {})
+        finally:
+            records.unpersist()
+
+    @staticmethod
+    def _window_sums(source: DataFrame, sink_rows: DataFrame) -> DataFrame:
+        """Per window, each side's count, checksum sum and fingerprint, each side
+        aggregated apart: no record is shuffled, let alone joined. A fingerprint
+        sums a hash of each record's checksum with its offset, so records swapped
+        between offsets, or one lost and another written twice, change it."""
+        fingerprint = unsigned(F.xxhash64("kafka_partition", "kafka_offset", "h"))
+        in_source = F.col("h").isNotNull()
+        sources = source.groupBy("window").agg(
+            F.count("h").alias("source"),
+            F.count_if(F.col("in_table") == F.lit(False)).alias("excluded"),
+            F.sum(F.when(in_source, unsigned(F.col("h")))).alias("source_sum"),
+            F.sum(F.when(in_source, fingerprint)).alias("source_print"),
+        )
+        sinks = sink_rows.groupBy("window").agg(
+            F.count(F.lit(1)).alias("sink"),
+            F.sum(unsigned(F.col("h"))).alias("sink_sum"),
+            F.sum(fingerprint).alias("sink_print"),
+        )
+        return sources.join(sinks, "window", "full_outer")
+
+    @staticmethod
+    def _agreed(sums: DataFrame) -> dict[int, dict[str, object]]:
+        """The counts of the windows whose two sides agree: as many records as rows,
+        and the same fingerprint (the same checksum at each offset, but for a 64-bit
+        hash collision). Each record then matched its one row."""
+        agreed: dict[int, dict[str, object]] = {}
+        for row in sums.collect():
+            records, rows = row["source"] or 0, row["sink"] or 0
+            if records != rows or (row["source_print"] or 0) != (row["sink_print"] or 0):
+                continue
+            agreed[row["window"]] = {
+                **dict.fromkeys(COUNTS, 0),
+                "source": records,
+                "sink": rows,
+                "matched": records,
+                "excluded": row["excluded"] or 0,
+                "source_sum": row["source_sum"],
+                "sink_sum": row["sink_sum"],
+            }
+        return agreed
 
     @staticmethod
     def _counts(records: DataFrame) -> DataFrame:
