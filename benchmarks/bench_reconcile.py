@@ -1,8 +1,10 @@
 """Reconciliation throughput: a topic of a million records against its table on local[2].
 
 Run: ``python benchmarks/bench_reconcile.py [--records N] [--partitions P]
-[--window-offsets W] [--format raw|canary] 2>/dev/null``
-(Spark's own output goes to stderr; the figures to stdout.)
+[--window-offsets W] [--format raw|canary] [--command N] 2>/dev/null``
+(Spark's own output goes to stderr; the figures to stdout.) ``--command N`` times the
+whole ``sla-probe reconcile`` command N times instead, as a user runs it (Python's
+start, the plan, Spark's start and the job), in either format.
 
 The fixtures are written as fast as they can be, outside the timing: the records are
 produced to the embedded broker with confluent-kafka in large batches (``linger.ms``
@@ -234,18 +236,29 @@ def commands(
     window_offsets: int,
     repeats: int,
     floors: list[tuple[int, float, float]],
+    *,
+    ring: KeyRing | None,
 ) -> None:
     """The whole command, as a user runs it, ``repeats`` times: Python's start,
     the plan, Spark's start (from its class archive once one exists: the first run
-    may write it, at its exit) and the job. Printed with the floor, as a ratio."""
+    may write it, at its exit) and the job. Printed with the floor, as a ratio.
+    With ``ring``, the canary format: every record verified with it."""
     sla_probe = str(Path(sys.executable).with_name("sla-probe"))
     walls = []
     for attempt in range(1, repeats + 1):
         with tempfile.TemporaryDirectory() as sink:
+            if ring is None:
+                record_format = ["--format", "raw"]
+            else:
+                keys, config = Path(sink) / "keys.json", Path(sink) / "probe.yaml"
+                keys.write_text(ring.to_json())
+                config.write_text("probe_id: bench\n")
+                record_format = ["--format", "canary", "--signing-key-file", str(keys),
+                                 "--config", str(config)]  # fmt: skip
             wall, cpu = time.perf_counter(), machine_cpu_seconds()
             result = subprocess.run(
                 [sla_probe, "reconcile", "--bootstrap-servers", broker.bootstrap_servers,
-                 "--topic", TOPIC, "--table", str(table), "--format", "raw",
+                 "--topic", TOPIC, "--table", str(table), *record_format,
                  "--window-offsets", str(window_offsets), "--settle", "1s",
                  "--sink-path", sink, "--json"],
                 capture_output=True, text=True, check=False,
@@ -285,11 +298,9 @@ def main() -> None:
         default=0,
         metavar="N",
         help="instead of runs in one session, time the whole `sla-probe reconcile` "
-        "command N times (Spark's start included; format raw)",
+        "command N times (Spark's start included)",
     )
     args = parser.parse_args()
-    if args.command and args.format != "raw":
-        parser.error("--command times format raw")
     canaries = args.format == "canary"
     ring = generate_key_ring("bench") if canaries else None
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
@@ -305,7 +316,7 @@ def main() -> None:
         )
         floors = [floor_read(broker)]
         if args.command:
-            commands(broker, table, args.window_offsets, args.command, floors)
+            commands(broker, table, args.window_offsets, args.command, floors, ring=ring)
             return
         spark = sink_session("local[2]", app_name="bench-reconcile", streaming=False)
         settings = ReconcileSettings(

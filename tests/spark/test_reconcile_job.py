@@ -161,6 +161,24 @@ async def test_each_discrepancy_is_counted_and_named_by_partition_window_and_off
     assert run.records()["missing"] == 2
 
 
+async def test_rows_swapped_between_offsets_are_mismatched_though_the_sums_agree(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """Two rows whose values are swapped: the window has as many rows as records and
+    the same checksum sum, so only the fingerprint (a checksum bound to its offset)
+    tells it from a complete one, and the join then names both offsets."""
+    await _create(broker, topic, 1)
+    _produce(broker, topic, {0: 6}, "r")
+    rows = _raw_rows({0: 6})
+    rows[2]["value"], rows[3]["value"] = rows[3]["value"], rows[2]["value"]
+    run = _job(spark, broker, topic, _table(tmp_path / "t", rows, RAW)).run("swapped")
+    (window,) = run.windows
+    assert window.status is WindowStatus.MISMATCH
+    assert window.tally.source_checksum == window.tally.sink_checksum
+    assert (window.tally.mismatched, window.tally.samples.mismatched) == (2, (2, 3))
+    assert (window.tally.matched, window.tally.missing, window.tally.extra) == (4, 0, 0)
+
+
 async def test_records_newer_than_the_settle_delay_are_not_compared(
     spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
