@@ -9,23 +9,31 @@ and checksummed per window and partition on the executors.
     sla_kafka batch read (the planned offset ranges,       ▼
       one task per partition or piece of one) ─▶ canonical record ─▶ checksum ─▶ window
     Parquet table (partition, offset, checksum columns) ─▶ canonical record ─▶ checksum
-      ─▶ window ─▶ per offset: copies, checksums
+      ─▶ window
         ▼
-    full outer join on (partition, offset) ─▶ per record: matched, missing, extra,
-      duplicated, checksum mismatch ─▶ per window: counts, window checksums, and a
-      bounded sample of offsets of each discrepancy
+    per window, each side apart: count, checksum sum, fingerprint ─▶ driver: windows
+      whose sides agree are complete (every record matched its one row)
+        ▼ the others alone: their records read again
+    per offset: copies, checksums ─▶ full outer join on (partition, offset) ─▶ per
+      record: matched, missing, extra, duplicated, checksum mismatch ─▶ per window:
+      counts, window checksums, and a bounded sample of offsets of each discrepancy
         ▼
-    driver: only those per-window rows come back (probe.reconcile.outcome)
+    driver: only per-window rows ever come back (probe.reconcile.outcome)
 
 No record of a large run reaches the driver: the work splits by Kafka partition and
-offset (the source's tasks, the join's and the aggregation's shuffle), so it scales
-with the cluster. **A small run reads on the driver** (at most
-:data:`DRIVER_READ_RECORDS` records and :data:`DRIVER_READ_BYTES`), with the same
-reader, and hands the records to Spark as Arrow: the driver lists the offsets anyway,
-and the executors' read would start Spark's Python workers (a daemon, then a process
-a task, each importing pyarrow and the reader), seconds of a run over a few thousand
-records. Such a run starts no Python worker at all; the canary format's verification
-runs on the driver too, with the same function.
+offset (the source's tasks, the aggregations' and the join's shuffles), so it scales
+with the cluster. A healthy run shuffles no record at all: its windows agree by their
+sums (a fingerprint sums a hash of each record's checksum bound to its offset, so a
+discrepancy goes unseen only through a 64-bit hash collision), and the join, two
+shuffles of every record, is left to the windows that differ.
+
+**A small run reads on the driver** (at most :data:`DRIVER_READ_RECORDS` records and
+:data:`DRIVER_READ_BYTES`), with the same reader, and hands the records to Spark as
+Arrow: the driver lists the offsets anyway, and the executors' read would start
+Spark's Python workers (a daemon, then a process a task, each importing pyarrow and
+the reader), seconds of a run over a few thousand records. Such a run starts no
+Python worker at all; the canary format's verification runs on the driver too, with
+the same function.
 
 Both sides place a record in its window by partition and offset only, so a record is
 in the same window on both sides whatever its timestamps (see windows).
