@@ -75,6 +75,9 @@ class Broker:
     bootstrap_servers: str
     pids: tuple[int, ...]
     replication: int
+    # Apache Kafka's controller creates at most PARTITIONS_PER_REQUEST at once; the
+    # embedded broker creates any number, and cannot add partitions later.
+    apache_kafka: bool = False
 
 
 @contextlib.contextmanager
@@ -88,7 +91,9 @@ def fresh_broker(kind: str) -> Iterator[Broker]:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-scale-")))
         cluster = stack.enter_context(KafkaCluster(workdir=workdir, quick_start=False))
         pids = [cluster.node(n).pid for n in (1, 2, 3)]
-        yield Broker(cluster.bootstrap_servers, tuple(p for p in pids if p is not None), 3)
+        yield Broker(
+            cluster.bootstrap_servers, tuple(p for p in pids if p is not None), 3, apache_kafka=True
+        )
 
 
 def broker_cpu_seconds(broker: Broker) -> float:
@@ -173,8 +178,7 @@ def create_topic(broker: Broker, partitions: int) -> None:
             bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=120_000
         )
         await admin.start()
-        # Kafka's controller creates at most PARTITIONS_PER_REQUEST in one go.
-        first = min(partitions, PARTITIONS_PER_REQUEST)
+        first = min(partitions, PARTITIONS_PER_REQUEST) if broker.apache_kafka else partitions
         try:
             response = await admin.create_topics([NewTopic(TOPIC, first, broker.replication)])
             assert not any(code for _, code, *_ in response.topic_errors), response
