@@ -28,7 +28,7 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from probe.cli import main
-from probe.config import StageName, load
+from probe.config import ProbeConfig, StageName, load
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.reconcile.outcome import Reconciliation, RecordResult
 from probe.reconcile.runner import Reconciler, serve_reconcile
@@ -144,6 +144,22 @@ def _reconcile(sink_run: SinkRun, sink_path: Path, *args: str) -> tuple[int, str
     return result.exit_code, result.stdout, result.stderr
 
 
+def _config(sink_run: SinkRun, sink_path: Path, **more: str) -> ProbeConfig:
+    """The probe's config for reconciling a copy of the sink's tables: windows of 100
+    offsets, a settle delay of 1 s unless ``more`` says otherwise."""
+    return load(
+        overrides={
+            "kafka.bootstrap_servers": sink_run.bootstrap_servers,
+            "kafka.topic": sink_run.topic,
+            "sink.path": str(sink_path),
+            "signing_key_file": str(sink_run.key_file),
+            "reconcile.window.offsets": "100",
+            "reconcile.settle": "1s",
+            **more,
+        }
+    )
+
+
 def _batch_files(sink_path: Path) -> list[Path]:
     return sorted((sink_path / "canaries").glob("batch_id=*/*.parquet"))
 
@@ -227,24 +243,14 @@ def test_the_executors_decode_and_verify_the_canaries_as_the_driver_does(
 ) -> None:
     """A run too large for the driver's read: the executors read, decode and verify
     the canaries, and judge exactly as a small run does on the driver."""
-    sink_path = _copy(sink_run.complete, tmp_path)
-    config = load(
-        overrides={
-            "kafka.bootstrap_servers": sink_run.bootstrap_servers,
-            "kafka.topic": sink_run.topic,
-            "sink.path": str(sink_path),
-            "signing_key_file": str(sink_run.key_file),
-            "reconcile.window.offsets": "100",
-            "reconcile.settle": "1s",
-        }
-    )
+    config = _config(sink_run, _copy(sink_run.complete, tmp_path))
     reconciler = Reconciler(
         spark, config, sink_run.key_file.read_text(), clock_ms=lambda: _now_ms() + 10_000
     )
     reconciler.job.settings = replace(reconciler.job.settings, driver_read_records=0)
     run = reconciler.run()
     assert run.exit_code == 0
-    assert run.records()["matched"] == sink_run.canaries
+    assert run.records()[RecordResult.MATCHED] == sink_run.canaries
     # The record the sink quarantined is not expected in canaries/: verified there too.
     assert sum(w.tally.excluded for w in run.windows) == 1
 
@@ -255,16 +261,7 @@ def test_records_in_flight_are_not_missing_until_they_settle(
     """The last round is in the topic, held back before the sink wrote it."""
     sink_path = _copy(sink_run.held, tmp_path)
     settle_s = 30.0
-    config = load(
-        overrides={
-            "kafka.bootstrap_servers": sink_run.bootstrap_servers,
-            "kafka.topic": sink_run.topic,
-            "sink.path": str(sink_path),
-            "signing_key_file": str(sink_run.key_file),
-            "reconcile.window.offsets": "100",
-            "reconcile.settle": f"{settle_s:g}s",
-        }
-    )
+    config = _config(sink_run, sink_path, **{"reconcile.settle": f"{settle_s:g}s"})
 
     def reconcile_at(now_ms: int) -> Reconciliation:
         return Reconciler(
@@ -287,18 +284,10 @@ async def test_every_keeps_reconciling_and_serves_metrics_and_readiness(
     sink_path = _copy(sink_run.complete, tmp_path)
     (_batch_files(sink_path)[0]).unlink()
     port = free_loopback_port()
-    config = load(
-        overrides={
-            "kafka.bootstrap_servers": sink_run.bootstrap_servers,
-            "kafka.topic": sink_run.topic,
-            "sink.path": str(sink_path),
-            "signing_key_file": str(sink_run.key_file),
-            "reconcile.window.offsets": "100",
-            "reconcile.settle": "1s",
-            "reconcile.every": "1s",
-            "metrics.host": "127.0.0.1",
-            "metrics.port": str(port),
-        }
+    config = _config(
+        sink_run,
+        sink_path,
+        **{"reconcile.every": "1s", "metrics.host": "127.0.0.1", "metrics.port": str(port)},
     )
     stop = asyncio.Event()
     service = asyncio.create_task(
