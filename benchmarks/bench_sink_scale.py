@@ -1,8 +1,9 @@
 """The sink stage at scale beside the consumer stage: 1,000 and 10,000 partitions at 20 s.
 
 Run: ``python benchmarks/bench_sink_scale.py [--broker embedded|apache-kafka]
-[--partitions 1000,10000] [--window SECONDS] [--interval 20] [--warm-up SECONDS]
-[--scrape-every SECONDS] [--log-level debug] [--keep DIR] [--config FILE]`` (needs
+[--replication N] [--partitions 1000,10000] [--window SECONDS] [--interval 20]
+[--warm-up SECONDS] [--scrape-every SECONDS] [--log-level debug] [--keep DIR]
+[--config FILE]`` (needs
 pyspark; ``--broker apache-kafka`` needs ``make kafka``; ``--config``: a configuration
 file for the probe, sink.trigger say).
 
@@ -10,8 +11,8 @@ Each case is what a user runs: ``sla-probe run --stages consumer,sink`` as its o
 process (``--bootstrap-servers``, ``--topic``, ``--interval``, ``--sink-path`` in a
 scratch directory, ``--spark-log``, ``--metrics-port``, an ephemeral key), on a fresh
 broker (the embedded one, or Apache Kafka's three-node cluster of ``make kafka``:
-replication factor 3) whose topic of that many partitions is created beforehand
-(bench_sink_source.create_topic), so the probe's start does not pay for it. The
+replication factor 3, or ``--replication``) whose topic of that many partitions is
+created beforehand (bench_sink_source.create_topic), so the probe's start does not pay for it. The
 window (``--window``, 600 s) begins ``--warm-up`` seconds (one interval) after the
 sink's first verdict: Spark's start, its Python workers' and the first batches' are
 not the steady state. Its /metrics is scraped every ``--scrape-every`` seconds (the
@@ -43,7 +44,11 @@ sampled from /proc. Printed per case:
   Spark's JVM and Python workers, and the probe's own process (its stages, the
   sink's driver side in Python: foreachBatch, progress). A worker that
   exits inside the window takes its CPU with it (counted only in its parent's
-  cutime once reaped): the figure is a floor;
+  cutime once reaped): the figure is a floor. Then the probe's main thread (its
+  event loop: the producer and consumer stages) apart from the rest of the tree, the
+  sink's share; and the broker's CPU (every broker process), beside the tree's;
+* per minute of the window: each stage's fates, and the cores of the probe's tree
+  and of the broker: where a run that falls behind began to, and whose CPU grew;
 * peak RSS of that tree (VmRSS summed over its processes, each sample);
 * bytes of the sink's checkpoint (``<sink path>/_checkpoint``) and of its tables at
   the window's start and end, the checkpoint's growth per hour extrapolated;
@@ -162,6 +167,19 @@ def tree_rss_mib(root: int) -> float:
     return kib / 1024
 
 
+def main_thread_cpu(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_cpu(broker_pids: set[int]) -> float:
+    return sum(_cpu_seconds(pid) for pid in broker_pids)
+
+
 def probe_cpu(broker_pids: set[int]) -> float:
     """The probe's tree: every descendant of this process but the broker's."""
     return tree_cpu(broker_pids) - time.process_time()
@@ -189,6 +207,12 @@ class Window:
     scrapes: list[Samples] = field(default_factory=list)
     checkpoint: tuple[int, int] = (0, 0)
     tables: tuple[int, int] = (0, 0)
+    broker_cpu: float = 0.0
+    # The probe's main thread: its event loop, which runs the producer and consumer
+    # stages (the sink's batches run on py4j's threads and in Spark's processes).
+    loop_cpu: float = 0.0
+    # (seconds into the window, probe tree CPU, broker CPU) at each scrape of scrapes.
+    marks: list[tuple[float, float, float]] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -251,21 +275,27 @@ def measure(
     first = scrape(port)
     checkpoint0, tables0 = du(checkpoint), du(sink_path) - du(checkpoint)
     cpu0, started = probe_cpu(broker_pids), time.monotonic()
-    own0 = _cpu_seconds(probe.pid)
+    own0, broker0 = _cpu_seconds(probe.pid), broker_cpu(broker_pids)
+    loop0 = main_thread_cpu(probe.pid)
     rss, scrapes = [tree_rss_mib(probe.pid)], [first]
+    marks = [(0.0, cpu0, broker0)]
     next_scrape = started + args.scrape_every
     while (now := time.monotonic()) - started < args.window:
         if probe.poll() is not None:
             raise RuntimeError(f"the probe exited with {probe.returncode} inside the window")
         if now >= next_scrape:
             scrapes.append(scrape(port))
+            marks.append((now - started, probe_cpu(broker_pids), broker_cpu(broker_pids)))
             next_scrape += args.scrape_every
         rss.append(tree_rss_mib(probe.pid))
         time.sleep(1.0)
     cpu, wall = probe_cpu(broker_pids) - cpu0, time.monotonic() - started
     own = _cpu_seconds(probe.pid) - own0
+    brokers_cpu = broker_cpu(broker_pids) - broker0
+    loop = main_thread_cpu(probe.pid) - loop0
     last = scrape(port)
     scrapes.append(last)
+    marks.append((wall, cpu0 + cpu, broker0 + brokers_cpu))
     checkpoint1 = du(checkpoint)
     return Window(
         first,
@@ -277,6 +307,9 @@ def measure(
         scrapes,
         (checkpoint0, checkpoint1),
         (tables0, du(sink_path) - checkpoint1),
+        brokers_cpu,
+        loop,
+        marks,
     )
 
 
@@ -361,8 +394,16 @@ def report(window: Window, partitions: int, interval: float) -> None:
         f"  CPU {window.cpu / max(rounds, 1e-9):.1f}s a round, {window.cpu / window.wall:.2f} "
         f"cores (probe tree, broker apart: Spark's JVM and Python workers "
         f"{spark / window.wall:.2f}, the probe's own process {window.own_cpu / window.wall:.2f}); "
-        f"peak RSS {max(window.rss):,.0f} MiB"
+        f"peak RSS {max(window.rss):,.0f} MiB; the broker {window.broker_cpu / window.wall:.2f} "
+        "cores"
     )
+    print(
+        f"  of which the probe's event loop (producer and consumer stages) "
+        f"{window.loop_cpu / window.wall:.2f} cores, and the rest, the sink's share (Spark's "
+        f"processes, the batches' Python on the driver): "
+        f"{(window.cpu - window.loop_cpu) / window.wall:.2f} cores"
+    )
+    timeline(window)
     (c0, c1), (t0, t1) = window.checkpoint, window.tables
     print(
         f"  checkpoint {c0 / 1e6:.2f} -> {c1 / 1e6:.2f} MB "
@@ -370,6 +411,34 @@ def report(window: Window, partitions: int, interval: float) -> None:
         f"tables {t0 / 1e6:.2f} -> {t1 / 1e6:.2f} MB "
         f"({(t1 - t0) / 1e6 * 3600 / window.wall:.1f} MB an hour)"
     )
+
+
+def timeline(window: Window, every: float = 60.0) -> None:
+    """Per minute of the window: each stage's fates and the CPU of the probe's tree and
+    of the broker. A pipeline that falls behind shows here where it began, and which
+    process's CPU grew first."""
+    print("  per minute: consumer delivered/late/lost, sink delivered/late/lost, cores of "
+          "the probe tree and of the broker")  # fmt: skip
+    marked = list(zip(window.marks, window.scrapes, strict=True))
+    start = 0
+    for end in range(1, len(marked)):
+        (t0, cpu0, broker0), before = marked[start]
+        (t1, cpu1, broker1), after = marked[end]
+        if t1 - t0 < every and end < len(marked) - 1:
+            continue
+        fates = [
+            "/".join(
+                f"{total(after, 'synthetic_sla_canaries_total', stage=stage, outcome=o) - total(before, 'synthetic_sla_canaries_total', stage=stage, outcome=o):.0f}"  # noqa: E501
+                for o in ("delivered", "late", "lost")
+            )
+            for stage in STAGES
+        ]
+        span = max(t1 - t0, 1e-9)
+        print(
+            f"    {t0:4.0f}-{t1:4.0f}s  consumer {fates[0]:>17}  sink {fates[1]:>17}  "
+            f"probe {(cpu1 - cpu0) / span:.2f}  broker {(broker1 - broker0) / span:.2f}"
+        )
+        start = end
 
 
 def run_case(partitions: int, args: argparse.Namespace) -> None:
@@ -383,7 +452,13 @@ def run_case(partitions: int, args: argparse.Namespace) -> None:
             scratch.mkdir(parents=True)
         bootstrap, broker_pids = stack.enter_context(brokers(args.broker, scratch))
         began = time.monotonic()
-        create_topic(bootstrap, TOPIC, partitions, apache_kafka=args.broker != "embedded")
+        create_topic(
+            bootstrap,
+            TOPIC,
+            partitions,
+            apache_kafka=args.broker != "embedded",
+            replication=args.replication,
+        )
         print(f"\n== {partitions:,} partitions every {args.interval:g}s, "
               f"topic created in {time.monotonic() - began:.0f}s", flush=True)  # fmt: skip
         port = free_loopback_port()
@@ -416,6 +491,9 @@ def main() -> None:
     parser.add_argument("--broker", choices=("embedded", "apache-kafka"), default="embedded")
     parser.add_argument(
         "--partitions", type=lambda text: [int(p) for p in text.split(",")], default=[1000, 10000]
+    )
+    parser.add_argument(
+        "--replication", type=int, help="the topic's replication factor (Apache Kafka: 3)"
     )
     parser.add_argument("--window", type=float, default=600.0, help="seconds measured")
     parser.add_argument("--interval", type=float, default=20.0, help="the probe's --interval")

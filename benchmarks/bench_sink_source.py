@@ -146,14 +146,24 @@ def _descendants(server: Any) -> set[int]:
     return pids
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, *, apache_kafka: bool) -> None:
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    *,
+    apache_kafka: bool,
+    replication: int | None = None,
+) -> None:
     """Created at once on the embedded broker (it has no CreatePartitions); on Apache
-    Kafka's cluster with replication factor 3 (its min.insync.replicas is 2), in steps
-    of the partitions its controller takes per request."""
+    Kafka's cluster with replication factor 3 (its min.insync.replicas is 2) unless
+    ``replication`` says otherwise, in steps of the partitions its controller takes per
+    request."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     first = min(partitions, PARTITIONS_PER_REQUEST) if apache_kafka else partitions
-    replicas = 3 if apache_kafka else 1
-    admin.create_topics([NewTopic(topic, first, replicas)])[topic].result(120)
+    replicas = replication or (3 if apache_kafka else 1)
+    # The cluster's min.insync.replicas (2) would refuse every write to fewer replicas.
+    config = {"min.insync.replicas": str(min(2, replicas))} if apache_kafka else {}
+    admin.create_topics([NewTopic(topic, first, replicas, config=config)])[topic].result(120)
     grown = first
     while grown < partitions:
         from confluent_kafka.admin import NewPartitions  # noqa: PLC0415

@@ -290,8 +290,10 @@ def arrival_outcome(latency_ns: int, freshness_ns: int) -> Outcome:
 # A canary's name within its stream.
 _Ident = tuple[int, int]  # (incarnation, seq)
 
-# 2: decided as runs and arrived as columns (probe.core.judge_memory); 1 is still read.
-_STATE_VERSION = 2
+# 2: decided as runs and arrived as columns (probe.core.judge_memory); 3: arrived packed
+# (ArrivedRing.packed). 1 and 2 are still read: a Spark sink's checkpoint of an older
+# probe holds them.
+_STATE_VERSION = 3
 # Offsets of the newest canaries read, per stream (see "Re-reads"): how far back a
 # reader may move and still tell its own records from duplicates. Offsets are kept for
 # a few hundred canaries, not for the whole `memory`: a stream's state is read and
@@ -469,15 +471,15 @@ class StreamState:
             # Runs [incarnation, first seq, end seq (exclusive), lost], lowest first.
             "decided": self.decided.runs(),
             # In arrival order (the oldest is dropped first), not sorted: the columns
-            # incarnation, seq, produced_ns and offset, each as differences.
-            "arrived": self.arrived.columns(),
+            # incarnation, seq, produced_ns and offset, packed.
+            "arrived": self.arrived.packed(),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> StreamState:
         """Rebuild a state written by :meth:`to_dict`. Raises ``ValueError`` if malformed."""
         version = _int(data.get("version"), "version")
-        if version not in (1, _STATE_VERSION):
+        if version not in (1, 2, _STATE_VERSION):
             raise ValueError(f"stream state: unsupported version {version}")
         pending: dict[_Ident, int] = {}
         for row in _rows(data.get("pending"), "pending"):
@@ -486,10 +488,7 @@ class StreamState:
             decided, arrived = _v1_memory(data)  # checkpoints of an older probe
         else:
             decided = DecidedRuns.from_runs(_rows(data.get("decided"), "decided", width=4))
-            columns = data.get("arrived", [])
-            if not isinstance(columns, list) or not all(isinstance(c, list) for c in columns):
-                raise ValueError("stream state: arrived must be a list of four lists")
-            arrived = ArrivedRing.from_columns(READ_AT_KEPT, columns)
+            arrived = _arrived(version, data.get("arrived"))
         if any(ident in decided for ident in pending):
             raise ValueError("stream state: a canary is both pending and decided")
         return cls(
@@ -551,6 +550,16 @@ def _int(value: object, name: str) -> int:
 
 def _optional_int(value: object, name: str) -> int | None:
     return None if value is None else _int(value, name)
+
+
+def _arrived(version: int, stored: object) -> ArrivedRing:
+    """The arrived ring of a state of version 2 (columns of differences) or 3 (packed)."""
+    if version >= 3:  # the version that packs it
+        return ArrivedRing.from_packed(READ_AT_KEPT, stored)
+    columns = [] if stored is None else stored
+    if not isinstance(columns, list) or not all(isinstance(c, list) for c in columns):
+        raise ValueError("stream state: arrived must be a list of four lists")
+    return ArrivedRing.from_columns(READ_AT_KEPT, columns)
 
 
 def _v1_memory(data: Mapping[str, object]) -> tuple[DecidedRuns, ArrivedRing]:

@@ -20,6 +20,10 @@ the dictionaries gave.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import sys
+import zlib
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
@@ -274,6 +278,45 @@ class ArrivedRing:
             for column in (self._incarnations, self._seqs, self._produced, self._offsets)
         ]
 
+    def packed(self) -> str:
+        """The state's form since version 3: the four columns' machine integers (8
+        bytes each, little-endian), one column after the other, deflated, in base64.
+
+        The Spark sink writes a stream's state at every batch the stream has a record in,
+        and reads it when its worker did not write it last. As JSON lists of differences,
+        the full ring cost 270 to 330 us to write and 180 to 270 us to read, most of the
+        judge's time per record once streams are an hour and a half old
+        (benchmarks/bench_judge_state.py); packed it costs a fraction of that, and fewer
+        bytes in the checkpoint.
+        """
+        raw = b"".join(_little_endian(column) for column in self._columns())
+        return base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
+
+    @classmethod
+    def from_packed(cls, capacity: int, text: object) -> ArrivedRing:
+        """Rebuild from :meth:`packed`. Raises ``ValueError`` if it does not fit."""
+        ring = cls(capacity)
+        if not isinstance(text, str):
+            raise ValueError("stream state: arrived must be a string")
+        try:
+            deflated = base64.b64decode(text, validate=True)
+            # A ring never holds more than ``capacity`` arrivals: nothing larger is read.
+            inflate = zlib.decompressobj()
+            raw = inflate.decompress(deflated, 32 * capacity + 1)
+        except (binascii.Error, zlib.error) as exc:
+            raise ValueError(f"stream state: arrived: {exc}") from None
+        if not inflate.eof or inflate.unused_data or len(raw) % 32 or len(raw) > 32 * capacity:
+            raise ValueError("stream state: arrived: not four columns of at most the capacity")
+        width = len(raw) // 4
+        for i, column in enumerate(ring._columns()):
+            column.frombytes(raw[i * width : (i + 1) * width])
+            if sys.byteorder != "little":
+                column.byteswap()
+        return ring
+
+    def _columns(self) -> tuple[array[int], array[int], array[int], array[int]]:
+        return self._incarnations, self._seqs, self._produced, self._offsets
+
     @classmethod
     def from_columns(cls, capacity: int, columns: Sequence[Sequence[int]]) -> ArrivedRing:
         """Rebuild from :meth:`columns`. Raises ``ValueError`` if they do not fit."""
@@ -292,6 +335,14 @@ class ArrivedRing:
         while len(ring) > capacity:
             ring._drop(0)
         return ring
+
+
+def _little_endian(column: array[int]) -> bytes:
+    if sys.byteorder == "little":
+        return column.tobytes()
+    swapped = array(column.typecode, column)
+    swapped.byteswap()
+    return swapped.tobytes()
 
 
 def _deltas(column: Sequence[int]) -> list[int]:

@@ -12,7 +12,7 @@ State of a group:
 
 ``streams``
     Map state, partition -> the stream's :class:`probe.core.judge.StreamState` as JSON
-    (a few kilobytes: :mod:`probe.core.judge_memory`).
+    (about 3 kB once full, its newest arrivals packed: :mod:`probe.core.judge_memory`).
 ``deadlines``
     Value state, JSON: ``{"due": {partition: earliest loss deadline (ns)}, "timer": ms,
     "written": token}`` for the streams with canaries pending, and the one

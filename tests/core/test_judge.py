@@ -8,7 +8,9 @@ Findings are written compactly: ``("delivered", seq, latency)``, ``("lost", seq)
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 from collections import Counter
 from typing import NamedTuple
 
@@ -570,13 +572,43 @@ def test_a_state_of_a_canary_a_row_loads_as_runs_with_its_offsets() -> None:
     judge.import_state(KEY0, older)
     exported = judge.export_state(KEY0)
     assert exported is not None
-    assert exported["version"] == 2
+    assert exported["version"] == 3
     assert exported["decided"] == [[INC, 0, 1, False], [INC, 1, 2, True], [INC, 2, 4, False]]
     assert [judge.was_read_at(c, 10 + c.seq) for c in canaries] == [True, False, True, True]
     assert judge.on_arrived(canaries[1], 5, offset=11) == [
         Anomaly(KEY0, 1, AnomalyKind.RESURRECTED)
     ]
     assert StreamState.from_dict(exported).to_dict() == exported
+
+
+def test_a_state_of_arrivals_as_columns_loads_and_is_written_packed() -> None:
+    """Version 2 (the arrivals as JSON columns of differences), as a Spark sink's
+    checkpoint of an older probe holds it: the same answers, written back as version 3,
+    which reads back the same."""
+    canaries = [Canary(PROBE, INC, TARGET, 0, seq, seq * INTERVAL) for seq in range(3)]
+    older = {
+        "version": 2, "since_ns": 0, "incarnation": INC, "high_seq": 2, "high_arrived": 2,
+        "freshest_ns": 2 * INTERVAL, "jumped": None, "failed": [], "pending": [],
+        "decided": [[INC, 0, 3, False]],
+        # incarnation, seq, produced_ns, offset: the first value, then differences
+        "arrived": [[INC, 0, 0], [0, 1, 1], [0, INTERVAL, INTERVAL], [10, 1, 1]],
+    }  # fmt: skip
+    judge = Judge(POLICY)
+    judge.import_state(KEY0, older)
+    assert [judge.was_read_at(c, 10 + c.seq) for c in canaries] == [True, True, True]
+    assert not judge.was_read_at(canaries[0], 11)
+    exported = judge.export_state(KEY0)
+    assert exported is not None
+    assert exported["version"] == 3
+    assert isinstance(exported["arrived"], str)
+    again = Judge(POLICY)
+    again.import_state(KEY0, exported)
+    assert [again.was_read_at(c, 10 + c.seq) for c in canaries] == [True, True, True]
+    assert StreamState.from_dict(exported).to_dict() == exported
+
+
+def _packed(raw: bytes) -> str:
+    return base64.b64encode(zlib.compress(raw)).decode()
 
 
 def _valid_state() -> dict[str, object]:
@@ -601,10 +633,17 @@ def _valid_state() -> dict[str, object]:
         {"decided": [[1, 3, 5, False], [1, 0, 2, True]]},  # out of order
         {"decided": [[1, 0, 5, False], [1, 3, 6, True]]},  # overlapping
         {"decided": [["1", 0, 5, False]]},
-        {"arrived": [[1], [0]]},  # not four columns
-        {"arrived": [[1], [0], [5], []]},  # columns of different lengths
-        {"arrived": [[1], [-1], [5], [0]]},  # a negative seq
-        {"arrived": [[1], [0.5], [5], [0]]},
+        {"version": 2, "arrived": [[1], [0]]},  # not four columns
+        {"version": 2, "arrived": [[1], [0], [5], []]},  # columns of different lengths
+        {"version": 2, "arrived": [[1], [-1], [5], [0]]},  # a negative seq
+        {"version": 2, "arrived": [[1], [0.5], [5], [0]]},
+        {"version": 2, "arrived": "AAAA"},  # packed, in a version that lists them
+        {"arrived": [[1], [0], [5], [0]]},  # listed, in a version that packs them
+        {"arrived": "not base64!"},
+        {"arrived": base64.b64encode(b"not deflated").decode()},
+        {"arrived": _packed(bytes(33))},  # not four columns of 8-byte integers
+        {"arrived": _packed(bytes(32 * (READ_AT_KEPT + 1)))},  # more than the ring holds
+        {"arrived": _packed(bytes(32)) + "AAAA"},  # something after the deflated data
     ],
 )
 def test_import_rejects_malformed_state(damage: dict[str, object]) -> None:
