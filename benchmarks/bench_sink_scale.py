@@ -168,12 +168,7 @@ def tree_rss_mib(root: int) -> float:
 
 
 def main_thread_cpu(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _cpu_seconds(pid, thread=pid)
 
 
 def broker_cpu(broker_pids: set[int]) -> float:

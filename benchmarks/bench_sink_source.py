@@ -95,9 +95,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _cpu_seconds(pid: int) -> float:
+def _cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """CPU-seconds of a process (every thread), or of one of its threads."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        with open(f"/proc/{pid}/stat") as stat:
+        with open(path) as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
