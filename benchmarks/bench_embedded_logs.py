@@ -29,6 +29,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+from bench_sink_source import _cpu_seconds
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -37,12 +38,6 @@ from probe.spark.kafka_source import OffsetRange, TopicOffsets, read_ranges
 
 TOPIC = "bench-embedded-logs"
 RECORD = b"x" * 300
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -78,9 +73,9 @@ def main() -> None:
         def broker_cost(call: Callable[[], object]) -> float:
             costs = []
             for _ in range(args.repeats):
-                before = cpu_seconds(pid)
+                before = _cpu_seconds(pid)
                 call()
-                costs.append(cpu_seconds(pid) - before)
+                costs.append(_cpu_seconds(pid) - before)
             return statistics.median(costs)
 
         # Until the topic's partitions all have a leader, writes to it wait.
@@ -100,10 +95,10 @@ def main() -> None:
 
             listing = broker_cost(lambda: offsets.ends(partitions))
             reading = broker_cost(read_last)
-            before = cpu_seconds(pid)
+            before = _cpu_seconds(pid)
             write_round()
             written += 1
-            writing = cpu_seconds(pid) - before
+            writing = _cpu_seconds(pid) - before
             print(f"  {count:>19,} | {listing:13.2f}s | {reading:20.2f}s | {writing:16.2f}s")
         offsets.close()
 

@@ -12,8 +12,8 @@ process (``--bootstrap-servers``, ``--topic``, ``--interval``, ``--sink-path`` i
 scratch directory, ``--spark-log``, ``--metrics-port``, an ephemeral key), on a fresh
 broker (the embedded one, or Apache Kafka's three-node cluster of ``make kafka``:
 replication factor 3, or ``--replication``) whose topic of that many partitions is
-created beforehand (bench_sink_source.create_topic), so the probe's start does not pay for it. The
-window (``--window``, 600 s) begins ``--warm-up`` seconds (one interval) after the
+created beforehand (bench_sink_source.create_topic), so the probe's start does not pay
+for it. The window (``--window``, 600 s) begins ``--warm-up`` seconds (one interval) after the
 sink's first verdict: Spark's start, its Python workers' and the first batches' are
 not the steady state. Its /metrics is scraped every ``--scrape-every`` seconds (the
 series below only, parsed with prometheus_client's parser) and the process tree
@@ -118,6 +118,11 @@ def scrape(port: int) -> Samples:
 def total(samples: Samples, name: str, **labels: str) -> float:
     wanted = set(labels.items())
     return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
+
+
+def grown(before: Samples, after: Samples, name: str, **labels: str) -> float:
+    """How much a counter grew between two scrapes."""
+    return total(after, name, **labels) - total(before, name, **labels)
 
 
 def buckets(before: Samples, after: Samples, name: str, **labels: str) -> list[tuple[float, float]]:
@@ -325,7 +330,7 @@ def report(window: Window, partitions: int, interval: float) -> None:
     first, last = window.first, window.last
 
     def delta(name: str, **labels: str) -> float:
-        return total(last, name, **labels) - total(first, name, **labels)
+        return grown(first, last, name, **labels)
 
     rounds = window.wall / interval
     print(f"  window {window.wall:.0f}s ({rounds:.1f} rounds, {partitions * rounds:,.0f} canaries)")
@@ -421,9 +426,11 @@ def timeline(window: Window, every: float = 60.0) -> None:
         (t1, cpu1, broker1), after = marked[end]
         if t1 - t0 < every and end < len(marked) - 1:
             continue
+
+        name = "synthetic_sla_canaries_total"
         fates = [
             "/".join(
-                f"{total(after, 'synthetic_sla_canaries_total', stage=stage, outcome=o) - total(before, 'synthetic_sla_canaries_total', stage=stage, outcome=o):.0f}"  # noqa: E501
+                f"{grown(before, after, name, stage=stage, outcome=o):.0f}"
                 for o in ("delivered", "late", "lost")
             )
             for stage in STAGES
