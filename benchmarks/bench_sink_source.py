@@ -64,6 +64,7 @@ from probe.reconcile.outcome import WindowStatus
 from probe.reconcile.windows import WindowSpec
 from probe.services.report import Tally, percentile
 from probe.spark.checksum import RecordFormat
+from probe.spark.heartbeat import HEARTBEAT_S
 from probe.spark.session import sink_session
 from probe.spark.sink import SinkJob, SinkSettings
 from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST
@@ -237,6 +238,7 @@ class SinkFigures:
     batch_ms: float
     batch_records: float
     batches: int
+    batches_run: int  # with records or without
     cpu_per_round: float
 
 
@@ -262,6 +264,7 @@ def run_sink(  # noqa: PLR0917 - one case of the benchmark
         loss_timeout_s=3600.0,
         allowed_lateness_s=60.0,
         trigger_s=args.trigger,
+        heartbeat_s=args.heartbeat,
         source=source,
     )
     job = SinkJob(spark, settings, ring, recorders=[tally])
@@ -310,6 +313,7 @@ def run_sink(  # noqa: PLR0917 - one case of the benchmark
         if with_records
         else float("nan"),
         batches=len(with_records),
+        batches_run=len({p.batchId for p in progress if "addBatch" in p.durationMs}),
         cpu_per_round=cpu / args.rounds,
     )
 
@@ -327,7 +331,7 @@ def sink_part(
         create_topic(bootstrap, topic, partitions, apache_kafka=args.broker != "embedded")
         print(f"\n== sink at {partitions:,} partitions (topic created in "
               f"{time.monotonic() - began:.0f}s), {args.rounds} rounds {args.interval:g}s apart, "
-              f"trigger {args.trigger:g}s")  # fmt: skip
+              f"trigger {args.trigger:g}s, heartbeat {args.heartbeat or 'none'}")  # fmt: skip
         figures: dict[str, SinkFigures] = {}
         for source in args.sources:
             try:
@@ -342,7 +346,8 @@ def sink_part(
                 f"  {source:9}  p50 {f.p50_ms / 1000:6.2f}s  p99 {f.p99_ms / 1000:6.2f}s  "
                 f"judged {f.judged:,}/{f.expected:,} {f.outcomes}  "
                 f"batches {f.batches} (median {f.batch_ms / 1000:.2f}s, "
-                f"{f.batch_records:,.0f} records)  CPU {f.cpu_per_round:.1f}s per round"
+                f"{f.batch_records:,.0f} records; {f.batches_run} run in all)  "
+                f"CPU {f.cpu_per_round:.1f}s per round"
             )
         if len(figures) == len(SOURCES):
             a, b = figures["sla_kafka"], figures["kafka"]
@@ -474,6 +479,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--interval", type=float, default=20.0)
     parser.add_argument("--trigger", type=float, default=2.0)
+    parser.add_argument(
+        "--heartbeat",
+        type=lambda text: None if text == "none" else float(text),
+        default=HEARTBEAT_S,
+        help="sink.heartbeat in seconds, or none: a batch every trigger, records or not",
+    )
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--reconcile-partitions", type=int, default=8)
     parser.add_argument("--window-offsets", type=int, default=250_000)

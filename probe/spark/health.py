@@ -209,7 +209,8 @@ class SparkHealth:
             # Spark reports the epoch until the first event time is seen: not a watermark.
             watermark_ns=parse_spark_time((progress.eventTime or {}).get("watermark")) or None,
             lag=(
-                sum(source_lag(s.latestOffset, s.endOffset) or 0 for s in sources)
+                # The topic's source: the heartbeat beside it holds no records.
+                source_lag(sources[0].latestOffset, sources[0].endOffset) or 0
                 if sources and self.lag is None
                 else None
             ),

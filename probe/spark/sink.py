@@ -59,6 +59,13 @@ from probe.core.judge import Fate, Finding, StreamKey
 from probe.core.keys import KeyRing
 from probe.core.partition_summary import offsets_summary
 from probe.spark.health import HealthListener, SparkHealth
+from probe.spark.heartbeat import (
+    HEARTBEAT_NAME,
+    HEARTBEAT_S,
+    NO_DATA_BATCHES,
+    HeartbeatSource,
+    checkpoint_sources,
+)
 from probe.spark.judge_operator import JudgeProcessor, bucket_of
 from probe.spark.kafka_connector import CONNECTOR_NAME, stream_options
 from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamReader, KafkaStreamSource
@@ -191,6 +198,9 @@ class SinkSettings:
     loss_timeout_s: float
     allowed_lateness_s: float = 60.0
     trigger_s: float = 2.0
+    # A batch at least this often while no records come; None: one every trigger
+    # (probe.spark.heartbeat).
+    heartbeat_s: float | None = HEARTBEAT_S
     max_records_per_batch: int | None = 10_000
     starting_offsets: str = "latest"
     max_size: int = 1_048_576
@@ -328,9 +338,37 @@ class SinkJob:
             raw = raw.coalesce(self.tasks_per_batch)
         return raw
 
-    def build(self, starting_offsets: str | None = None) -> DataFrame:
+    def heartbeat(self) -> float | None:
+        """The heartbeat's period for the query's next run, or None for a batch every
+        trigger: the setting, unless the checkpoint was started the other way (Spark
+        resumes a checkpoint only with the sources it was written with)."""
+        wanted = self.settings.heartbeat_s
+        sources = checkpoint_sources(self.settings.checkpoint_location)
+        if sources == 1 and wanted is not None:
+            log.info("sink checkpoint written without a heartbeat (an older probe, or "
+                     "sink.heartbeat: null): a batch every trigger, records or not")  # fmt: skip
+            return None
+        if sources == 2 and wanted is None:
+            log.info("sink checkpoint written with a heartbeat: kept, every %gs", HEARTBEAT_S)
+            return HEARTBEAT_S
+        return wanted
+
+    def build(
+        self, starting_offsets: str | None = None, heartbeat_s: float | None = None
+    ) -> DataFrame:
+        """The query's plan; ``heartbeat_s`` reads the heartbeat beside the topic
+        (probe.spark.heartbeat), which the query then needs batches without data off
+        for."""
         s = self.settings
         raw = self._records(starting_offsets)
+        if heartbeat_s is not None:
+            self.spark.dataSource.register(HeartbeatSource)
+            beats = (
+                self.spark.readStream.format(HEARTBEAT_NAME).option("every", str(heartbeat_s))
+            ).load()
+            # The topic first: progress lists the query's sources in this order, and the
+            # source lag reads the first (probe.spark.health).
+            raw = raw.unionByName(beats)
         decoded = raw.mapInArrow(
             decode_batches(self._keyring.to_json(), s.max_size, s.probe_id), DECODED
         )
@@ -373,8 +411,11 @@ class SinkJob:
         if self.health is not None and self._listener is None:
             self._listener = HealthListener(self.health, query_name)
             self.spark.streams.addListener(self._listener)
+        heartbeat = self.heartbeat()
+        # Read when the query starts (its own copy of the session's settings).
+        self.spark.conf.set(NO_DATA_BATCHES, "false" if heartbeat is not None else "true")
         self.query = (
-            self.build(self.pin_start())
+            self.build(self.pin_start(), heartbeat)
             .writeStream.queryName(query_name)
             .option("checkpointLocation", self.settings.checkpoint_location)
             .trigger(processingTime=f"{int(self.settings.trigger_s * 1000)} milliseconds")

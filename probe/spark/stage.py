@@ -98,6 +98,7 @@ def sink_settings(config: ProbeConfig, path: str) -> SinkSettings:
         loss_timeout_s=max(config.judge.loss_timeout, sink.freshness),
         allowed_lateness_s=sink.allowed_lateness,
         trigger_s=sink.trigger,
+        heartbeat_s=sink.heartbeat,
         max_records_per_batch=sink.max_records_per_batch,
         starting_offsets=sink.starting_offsets,
         max_size=config.canary.max_size,
