@@ -221,7 +221,6 @@ DURATION_BOUNDS = [
     ("mqtt.keepalive", "1s", "65535s", "30s"),
     ("mqtt.session_expiry", "1s", "168h", "5m"),
     ("sink.trigger", "100ms", "1h", "2s"),
-    ("sink.heartbeat", "100ms", "1h", "10s"),
     ("sink.freshness", "10ms", "24h", "30s"),
     ("sink.latency_threshold", "1ms", "1h", "5s"),
     ("sink.allowed_lateness", "1s", "24h", "60s"),
