@@ -19,7 +19,7 @@ a batch still runs every ``every`` seconds, its expired timers fire, and the
 watermark Spark computed at the last records' batch takes effect.
 
 A query's sources are fixed by its checkpoint: Spark refuses to resume a checkpoint
-with a different number of them. :func:`checkpoint_sources` tells a sink whether the
+with a different number of them. :func:`probe.spark.lag.checkpoint_sources` tells a sink whether the
 checkpoint it resumes was written with the heartbeat (two sources) or without it
 (one: an older probe, or ``sink.heartbeat: null``); the checkpoint wins.
 """
@@ -30,16 +30,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import pyarrow.fs as pafs
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.types import StructType
-
-from probe.spark.kafka_source import SCHEMA
-from probe.spark.tables import filesystem_of, read_text
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 HEARTBEAT_NAME = "sla_heartbeat"
 # The period by default (sink.heartbeat), and for a checkpoint written with one.
@@ -47,7 +43,15 @@ HEARTBEAT_S = 10.0
 # Spark's setting for batches without new records (see the module docstring).
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 # The columns of a topic's records the sink reads, as both Kafka sources type them.
-RECORDS = StructType([SCHEMA["partition"], SCHEMA["offset"], SCHEMA["value"]])
+# Spelt out, not imported: Spark's Python process for this source imports this module,
+# and the Kafka source's would bring the Kafka client and Arrow along (18 MB).
+RECORDS = StructType(
+    [
+        StructField("partition", IntegerType(), False),
+        StructField("offset", LongType(), False),
+        StructField("value", BinaryType(), True),
+    ]
+)
 # The offset's one key: the beats so far.
 _BEAT = "beat"
 
@@ -105,20 +109,3 @@ class HeartbeatSource(DataSource):
         if every <= 0:
             raise ValueError(f"{HEARTBEAT_NAME}: option 'every' must be > 0 (seconds)")
         return HeartbeatReader(every)
-
-
-def checkpoint_sources(checkpoint: str) -> int | None:
-    """How many sources the newest batch in a query's checkpoint planned (its offset
-    log entry: "v1", the batch's metadata, then a line per source); None for a
-    checkpoint without any batch planned yet, which any query may take."""
-    root = checkpoint.rstrip("/")
-    filesystem, path = filesystem_of(f"{root}/offsets")
-    batches = [
-        int(info.base_name)
-        for info in filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-        if info.base_name.isdigit()
-    ]
-    if not batches:
-        return None
-    entry = read_text(f"{root}/offsets/{max(batches)}") or ""
-    return max(0, len(entry.splitlines()) - 2)

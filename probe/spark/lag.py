@@ -77,23 +77,43 @@ def committed_offsets(text: str | None, topic: str) -> Offsets | None:
     return {str(p): int(o) for p, o in value.items()}
 
 
-def last_committed(checkpoint: str, topic: str) -> Offsets | None:
-    """The source's offsets after the newest batch committed in a query's checkpoint,
-    or its starting offsets before it committed any; None when there are neither."""
-    root = checkpoint.rstrip("/")
-    filesystem, path = filesystem_of(f"{root}/commits")
+def _newest_batch(root: str, log_name: str) -> int | None:
+    """The newest batch id in one of a checkpoint's logs (``offsets``, ``commits``)."""
+    filesystem, path = filesystem_of(f"{root}/{log_name}")
     batches = [
         int(info.base_name)
         for info in filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
         if info.base_name.isdigit()
     ]
-    if batches:
-        entry = read_text(f"{root}/offsets/{max(batches)}")
-        # "v1", the batch's metadata, then one line per source (the sink has one).
-        lines = entry.splitlines() if entry else []
+    return max(batches, default=None)
+
+
+def _offset_entry(root: str, batch: int) -> list[str]:
+    """A batch's offset log entry: "v1", the batch's metadata, then a line per source
+    (the topic's first: probe.spark.sink)."""
+    entry = read_text(f"{root}/offsets/{batch}")
+    return entry.splitlines() if entry else []
+
+
+def last_committed(checkpoint: str, topic: str) -> Offsets | None:
+    """The source's offsets after the newest batch committed in a query's checkpoint,
+    or its starting offsets before it committed any; None when there are neither."""
+    root = checkpoint.rstrip("/")
+    batch = _newest_batch(root, "commits")
+    if batch is not None:
+        lines = _offset_entry(root, batch)
         if len(lines) >= 3:
             return committed_offsets(lines[2], topic)
     return committed_offsets(read_text(f"{root}/{START_FILE}"), topic)
+
+
+def checkpoint_sources(checkpoint: str) -> int | None:
+    """How many sources the newest batch planned in a query's checkpoint read: 2 for a
+    sink written with its heartbeat (probe.spark.heartbeat), 1 without; None for a
+    checkpoint without any batch planned yet, which any query may take."""
+    root = checkpoint.rstrip("/")
+    batch = _newest_batch(root, "offsets")
+    return None if batch is None else max(0, len(_offset_entry(root, batch)) - 2)
 
 
 class SourceLag:

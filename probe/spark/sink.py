@@ -59,17 +59,11 @@ from probe.core.judge import Fate, Finding, StreamKey
 from probe.core.keys import KeyRing
 from probe.core.partition_summary import offsets_summary
 from probe.spark.health import HealthListener, SparkHealth
-from probe.spark.heartbeat import (
-    HEARTBEAT_NAME,
-    HEARTBEAT_S,
-    NO_DATA_BATCHES,
-    HeartbeatSource,
-    checkpoint_sources,
-)
+from probe.spark.heartbeat import HEARTBEAT_NAME, HEARTBEAT_S, NO_DATA_BATCHES, HeartbeatSource
 from probe.spark.judge_operator import JudgeProcessor, bucket_of
 from probe.spark.kafka_connector import CONNECTOR_NAME, stream_options
 from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamReader, KafkaStreamSource
-from probe.spark.lag import START_FILE
+from probe.spark.lag import START_FILE, checkpoint_sources
 from probe.spark.rows import (
     DECODED,
     JUDGED,

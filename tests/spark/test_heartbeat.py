@@ -21,7 +21,8 @@ from probe.core.keys import KeyRing, generate_key_ring
 from probe.embedded import EmbeddedBroker
 from probe.services.report import Tally
 from probe.spark.health import parse_spark_time
-from probe.spark.heartbeat import HEARTBEAT_S, HeartbeatReader, checkpoint_sources
+from probe.spark.heartbeat import HEARTBEAT_S, HeartbeatReader
+from probe.spark.lag import checkpoint_sources
 from probe.spark.sink import SinkJob, SinkSettings
 from tests.conftest import wait_for
 
