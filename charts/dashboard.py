@@ -779,9 +779,7 @@ def spark_row() -> list[AnyPanel]:
         timeseries(
             "Watermark skew",
             "Now minus the sink's event-time watermark, computed at scrape time (it keeps "
-            "rising during a stall). Healthy: the allowed lateness plus about one interval, and "
-            "up to one sink.heartbeat more (Spark moves the watermark at the batch after the "
-            "records). The "
+            "rising during a stall). Healthy: about the allowed lateness plus one interval. The "
             "line is the probe's default skew threshold (twice the allowed lateness: 120 s): "
             "seconds above it spend the watermark-skew error budget.",
             "s",

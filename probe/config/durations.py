@@ -70,8 +70,9 @@ Duration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_pos
 def _between(low: float, high: float) -> AfterValidator:
     """A duration's bounds, inclusive: ``interval: Annotated[Duration, _between(1, HOUR)]``."""
 
-    def check(seconds: float) -> float:
-        if not low <= seconds <= high:
+    def check(seconds: float | None) -> float | None:
+        # None: an optional duration (``Duration | None``) given as null.
+        if seconds is not None and not low <= seconds <= high:
             raise ValueError(
                 f"must be between {format_duration(low)} and {format_duration(high)}, "
                 f"got {format_duration(seconds)}"

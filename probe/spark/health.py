@@ -5,8 +5,12 @@ off Spark's progress events. They are the stream-processor signals that throughp
 and error rate miss:
 
 * ``synthetic_sla_watermark_skew_seconds`` - now minus the event-time watermark. It
-  is computed at scrape time from the last watermark Spark reported, so it keeps
-  rising while the query is stalled and no progress event arrives at all.
+  is computed at scrape time from the last watermark, so it keeps rising while the
+  query is stalled and no progress event arrives at all. The watermark is the one
+  Spark holds after the last batch: the newest event time it saw minus the allowed
+  lateness, or the one it reported if later. Spark moves it at the end of a batch but
+  reports it only in the next batch's progress, and with batches that follow the
+  records (probe.spark.heartbeat) the next may come a heartbeat later.
 * ``synthetic_sla_spark_source_lag_records`` - records in the topic not judged yet: the
   log ends minus the offsets the query last committed (probe.spark.lag), refreshed by
   the probe itself while no batch completes (the query failing, restarting, stuck).
@@ -170,10 +174,15 @@ class SparkHealth:
         target: str,
         trigger_s: float,
         clock_ns: Callable[[], int] = time.time_ns,
+        *,
         skew_threshold_s: float = 120.0,
+        allowed_lateness_s: float | None = None,
     ) -> None:
         self.target = target
         self.trigger_s = trigger_s
+        # The query's watermark delay: with it, the watermark a batch's newest event
+        # time sets counts from that batch (see the module docstring).
+        self.allowed_lateness_s = allowed_lateness_s
         self.metrics = SinkQueryMetrics(registry, target, clock_ns, skew_threshold_s)
         # Set by the sink stage: then the lag is the log ends against the committed
         # offsets, kept up to date between batches; else only progress tells it.
@@ -206,8 +215,7 @@ class SparkHealth:
             trigger_s=self.trigger_s,
             commit_s=commit_ms / 1000,
             dropped=sum(op.numRowsDroppedByWatermark for op in progress.stateOperators or []),
-            # Spark reports the epoch until the first event time is seen: not a watermark.
-            watermark_ns=parse_spark_time((progress.eventTime or {}).get("watermark")) or None,
+            watermark_ns=self._watermark_ns(progress.eventTime or {}),
             lag=(
                 # The topic's source: the heartbeat beside it holds no records.
                 source_lag(sources[0].latestOffset, sources[0].endOffset) or 0
@@ -218,6 +226,15 @@ class SparkHealth:
         if self.lag is not None and sources:
             # The sink reads one source: its listed ends and the offsets just committed.
             self.lag.progress(sources[0].latestOffset, sources[0].endOffset)
+
+    def _watermark_ns(self, event_time: dict[str, str]) -> int | None:
+        # Spark reports the epoch until the first event time is seen: not a watermark.
+        reported = parse_spark_time(event_time.get("watermark")) or None
+        newest = parse_spark_time(event_time.get("max"))
+        if newest is None or self.allowed_lateness_s is None:
+            return reported
+        held = newest - int(self.allowed_lateness_s * 1e9)
+        return held if reported is None else max(reported, held)
 
 
 class HealthListener(StreamingQueryListener):

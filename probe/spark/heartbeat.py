@@ -19,9 +19,9 @@ a batch still runs every ``every`` seconds, its expired timers fire, and the
 watermark Spark computed at the last records' batch takes effect.
 
 A query's sources are fixed by its checkpoint: Spark refuses to resume a checkpoint
-with a different number of them. :func:`probe.spark.lag.checkpoint_sources` tells a sink whether the
-checkpoint it resumes was written with the heartbeat (two sources) or without it
-(one: an older probe, or ``sink.heartbeat: null``); the checkpoint wins.
+with a different number of them. :func:`probe.spark.lag.checkpoint_sources` tells a
+sink whether the checkpoint it resumes was written with the heartbeat (two sources)
+or without it (one: an older probe, or ``sink.heartbeat: null``); the checkpoint wins.
 """
 
 from __future__ import annotations

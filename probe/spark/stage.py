@@ -175,6 +175,7 @@ class SparkSinkStage:
                 config.sink.trigger,
                 clock_ns,
                 skew_threshold_s=config.sink.skew_threshold_s,
+                allowed_lateness_s=config.sink.allowed_lateness,
             )
             if registry is not None
             else None

@@ -198,6 +198,18 @@ def test_an_empty_broker_list_in_the_file_is_an_error(tmp_path: Path) -> None:
 # --- Durations: finite, within documented bounds ---------------------------------------
 
 
+@pytest.mark.parametrize("name", ["heartbeat", "skew_threshold", "first_batch_timeout"])
+def test_an_optional_duration_given_as_null_is_none_and_out_of_bounds_exits_2(
+    tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / "probe.yaml"
+    path.write_text(f"sink:\n  {name}: null\n")
+    assert getattr(load(path).sink, name) is None
+    path.write_text(f"sink:\n  {name}: 48h\n")
+    with pytest.raises(ConfigError, match=rf"^sink\.{name}: .*must be between"):
+        load(path)
+
+
 @pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-inf", "infinity", "1" + "0" * 400 + "s"])
 def test_durations_are_finite(text: str) -> None:
     with pytest.raises(ValueError, match="not a finite duration"):

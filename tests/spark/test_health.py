@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from probe.spark.health import HealthListener, SparkHealth, _ProgressAsJson, source_lag
+from probe.spark.health import (
+    HealthListener,
+    SparkHealth,
+    _ProgressAsJson,
+    parse_spark_time,
+    source_lag,
+)
 
 
 def _progress(rows: int) -> SimpleNamespace:
@@ -38,6 +44,36 @@ def test_a_batch_with_records_says_at_debug_where_its_time_went(
         "sink batch 7: 10000 records in 1400 ms (addBatch 1200, latestOffset 90, "
         "triggerExecution 1400; judge state: updates 310 ms, commit 40 ms, 9000 bytes)"
     ]
+
+
+def _skew_after(
+    health: SparkHealth, registry: CollectorRegistry, event_time: dict[str, str]
+) -> float:
+    health.on_progress(SimpleNamespace(**{**vars(_progress(rows=3)), "eventTime": event_time}))
+    skew = registry.get_sample_value("synthetic_sla_watermark_skew_seconds", {"target": "kafka"})
+    assert skew is not None
+    return skew
+
+
+@pytest.mark.parametrize(
+    ("lateness", "skews"), [(60.0, [65.0, 65.0, 45.0]), (None, [90.0, 65.0, 45.0])]
+)
+def test_the_watermark_counts_from_the_batch_that_saw_the_newest_event_time(
+    lateness: float | None, skews: list[float]
+) -> None:
+    """Spark moves its watermark at the end of a batch and reports it at the next, which
+    with batches that follow records may be a heartbeat later: the skew is read from the
+    newest event time seen, less the allowed lateness, when the health knows it."""
+    now = parse_spark_time("2026-11-27T20:01:00.000Z")
+    registry = CollectorRegistry()
+    health = SparkHealth(registry, "kafka", 2.0, lambda: now, allowed_lateness_s=lateness)
+    # Records produced up to 20:00:55; Spark still reports the watermark of before.
+    records = {"watermark": "2026-11-27T19:59:30.000Z", "max": "2026-11-27T20:00:55.000Z"}
+    # The next batch (a heartbeat: no event times) reports what the one before set.
+    beat = {"watermark": "2026-11-27T19:59:55.000Z"}
+    # A later report than the newest event time allows wins (a restarted query's).
+    restarted = {"watermark": "2026-11-27T20:00:15.000Z", "max": "2026-11-27T20:00:50.000Z"}
+    assert [_skew_after(health, registry, t) for t in (records, beat, restarted)] == skews
 
 
 # A progress event's JSON as Spark 4 writes it (QueryProgressEvent.json) for the sink:
