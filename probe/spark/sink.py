@@ -22,7 +22,9 @@ The query, and the module each step lives in::
 
 With ``sink.source: kafka`` the first step is Spark's own connector instead
 (``format("kafka")``, options from probe.spark.kafka_connector): its partition, offset
-and value columns go into the same decode, judge and tables.
+and value columns go into the same decode, judge and tables. Beside the topic the query
+reads its heartbeat (probe.spark.heartbeat), a source without records: batches run
+when records come, and once a heartbeat while none do, so the timers still fire.
 
 The judge is the same pure :class:`probe.core.judge.Judge` the consumer stage uses, fed the
 batch's processing time, so a batch replayed after a failure is judged identically.
