@@ -70,6 +70,16 @@ def target_report(stdout: str) -> dict[str, Any]:
     return result
 
 
+class FakeClock:
+    """A monotonic clock in seconds that moves only when a test sets ``now``."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def wait_for(condition: Callable[[], T], *, timeout: float, what: str, every: float = 0.05) -> T:
     """Poll until condition() is truthy; return its value or fail after timeout."""
     deadline = time.monotonic() + timeout

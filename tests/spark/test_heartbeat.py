@@ -24,23 +24,15 @@ from probe.spark.health import parse_spark_time
 from probe.spark.heartbeat import HEARTBEAT_S, HeartbeatReader
 from probe.spark.lag import checkpoint_sources
 from probe.spark.sink import SinkJob, SinkSettings
-from tests.conftest import wait_for
+from tests.conftest import FakeClock, wait_for
 
 FIRST_BATCH_TIMEOUT = 180
 INCARNATION = 1_796_000_000_000_000_000
 HEARTBEAT = 2.0
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_offset_moves_on_once_a_period_has_passed_since_the_last_batch() -> None:
-    clock = _Clock()
+    clock = FakeClock()
     reader = HeartbeatReader(10.0, clock)
     start = reader.initialOffset()
     assert reader.latestOffset(start, None) == start

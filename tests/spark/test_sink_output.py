@@ -18,7 +18,7 @@ from probe.core.errors import ConfigError
 from probe.core.keys import KeyRing
 from probe.spark.session import spark_output, writable_spark_output
 from probe.spark.stage import SinkProgress, SparkSinkStage
-from tests.conftest import SLA_PROBE, target_report
+from tests.conftest import SLA_PROBE, FakeClock, target_report
 
 
 @pytest.mark.parametrize(
@@ -68,14 +68,6 @@ def test_spark_submit_keeps_spark_output_where_it_is(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")
     config = _config(path="/nonexistent/sla-sink", spark_log="/nonexistent/spark.log")
     assert SparkSinkStage(config, RING, []).spark_output is None
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
