@@ -52,12 +52,11 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSp
 
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.embedded import EmbeddedBroker
-from probe.spark.kafka_source import OffsetRange, TopicOffsets, read_ranges
+from probe.spark.kafka_source import FETCH_WAIT_MS, OffsetRange, TopicOffsets, read_ranges
 from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST
 
 BULK_TOPIC = "source-read-bulk"
 MANY_TOPIC = "source-read-many"
-FETCH_WAIT_MS = 20  # the source's default (fetchMaxWaitMs)
 
 
 # -- fixtures ------------------------------------------------------------------------
