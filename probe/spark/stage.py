@@ -358,8 +358,15 @@ class SparkSinkStage:
             raise
         except TimeoutError as exc:  # the first batch or the warm-up: restarted
             return Ended("start", str(exc))
-        except TransportError as exc:  # a warm-up canary the broker refused
-            log.warning("sink stage: %s", exc)
+        except TransportError as exc:
+            if self.job is None:
+                # The query never started: its starting offsets could not be listed (a
+                # partition without its leader yet, a broker away). Restarted like any
+                # start; watching a query that does not exist would judge nothing and
+                # read as ready.
+                self._up(False)
+                return Ended("start", str(exc))
+            log.warning("sink stage: %s", exc)  # a warm-up canary the broker refused
         except Exception as exc:  # any start failure is restarted
             self._up(False)
             ended = await asyncio.to_thread(self.ended)  # a query that started, then failed

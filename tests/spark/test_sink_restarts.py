@@ -17,12 +17,13 @@ from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from probe.config import ProbeConfig, load
-from probe.core.errors import RejectReason
+from probe.core.errors import RejectReason, TransportError
 from probe.core.judge import Finding
 from probe.core.keys import KeyRing, generate_key_ring
 from probe.embedded import EmbeddedBroker
 from probe.services.once import OwnCanaries
 from probe.services.report import Tally
+from probe.spark.kafka_source import KafkaStreamReader, Offsets
 from probe.spark.sink import START_FILE, SinkJob
 from probe.spark.stage import SparkSinkStage, sink_settings
 from probe.stages.target import TargetProbe
@@ -138,6 +139,44 @@ async def test_a_query_that_keeps_failing_is_given_up(
         assert registry.get_sample_value("synthetic_sla_spark_query_failed", labels) == 1
         assert registry.get_sample_value("synthetic_sla_spark_query_up", labels) == 0
         assert _restarts(registry, "batch") == 1  # the failure that gave up is no restart
+
+
+async def test_a_start_whose_offsets_cannot_be_listed_is_restarted(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Listing the starting offsets fails once, as it does on a cluster whose new
+    topic's partitions have no leader yet: the start is restarted, and the query comes
+    up and judges. (It was taken for a refused warm-up canary: the stage then watched a
+    query that never started, judged nothing and read as ready.)"""
+    listed = KafkaStreamReader.log_start
+    refused: list[str] = []
+
+    def leaderless_once(reader: KafkaStreamReader, starting: str) -> Offsets:
+        if not refused:
+            refused.append(starting)
+            raise TransportError(
+                f"topic {topic}: list offsets: Failed to get offsets: "
+                "Broker: Not leader for partition"
+            )
+        return listed(reader, starting)
+
+    monkeypatch.setattr(KafkaStreamReader, "log_start", leaderless_once)
+    tally = Tally("kafka")
+    own = OwnCanaries(tally, "restarts-under-test")
+    config = _config(broker, topic, tmp_path / "sink")
+    async with supervised(config, generate_key_ring(), [own]) as (stage, target, registry):
+        await until(lambda: _restarts(registry, "start") == 1, 60, "the start restarted")
+        await until(lambda: stage.ready, SINK_UP, "the query started")
+        assert stage.readiness() == (True, "sink query running")
+        for _ in range(2):
+            await target.produce_round()
+        await until(lambda: sum(_sink_outcomes(tally).values()) >= 6, 120, "six sink verdicts")
+        assert _sink_outcomes(tally) == {"delivered": 6}
+    assert refused == ["latest"]
 
 
 async def test_the_starting_offsets_are_kept_in_the_checkpoint(
