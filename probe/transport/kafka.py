@@ -99,6 +99,10 @@ _PRODUCER_STATE_LOST = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProd
 FOLLOW_ABOVE = 256
 
 
+# How long the reader's assignment may wait for a partition that has not come back in
+# a fetch since the last change before it changes anyway (see arrivals()).
+FETCH_PATIENCE = 1.0
+
 # How often the topic's min.insync.replicas is asked for (an admin request; a topic's
 # config rarely changes).
 TOPIC_CONFIG_EVERY = 300.0
@@ -171,6 +175,7 @@ class KafkaTransport:
         self._assigned: set[int] = set()
         self._positions: dict[int, int] = {}
         self._reading: frozenset[int] = frozenset()
+        self._all_fetched = False  # see _fetched()
         self._awaited: dict[int, _Awaited] = {}
         self._known: frozenset[int] = frozenset()
         # How a log that started over is told (see _follow_restarted_logs): whether the
@@ -569,6 +574,7 @@ class KafkaTransport:
         for tp in tps:
             self._consumer.seek(tp, self._positions[tp.partition])
         self._reading = partitions
+        self._all_fetched = False
         return True
 
     def refused(self, partition: int, since: float) -> ProduceFailure | None:
@@ -648,23 +654,26 @@ class KafkaTransport:
         wait_s = self._config.fetch_max_wait
         poll_ms = max(10, int(wait_s * 1000))
         failed_at = 0.0
-        # The assignment may change when the last getmany returned records (the
-        # fetcher then waits for them to be taken before it fetches again), or once a
-        # fetch of the current assignment has come back: changing it throws away the
-        # fetch in flight, and changing it at every turn would throw them all away (a
+        # The assignment changes only once every partition read now has come back in
+        # a fetch since the last change: a change throws away every fetch in flight,
+        # to every broker, and changing it at every turn would throw them all away (a
         # broker that holds a fetch for its whole max wait, as the embedded one does,
         # or that takes long to answer many partitions, would never get to answer).
-        # A partition that keeps failing its fetches must not freeze the assignment.
+        # Records just taken do not make a change safe: they say the broker that sent
+        # them has no fetch in flight, not that the others have none (at 10,000
+        # partitions on three brokers, two brokers' partitions were never read while
+        # the third's records kept changing the assignment). A partition that keeps
+        # failing its fetches must not freeze the assignment: after FETCH_PATIENCE
+        # it changes anyway.
+        patience = max(FETCH_PATIENCE, 10 * wait_s)
         changed_at = time.monotonic()
-        took_records = False
         while True:
             now = time.monotonic()
-            safe = took_records or self._fetched() or now - changed_at > max(1.0, 10 * wait_s)
+            safe = self._fetched() or now - changed_at > patience
             if safe and self._read(self._to_read()):
                 changed_at = now
             try:
                 batch = await self._consumer.getmany(timeout_ms=poll_ms if self._writes else 1000)
-                took_records = bool(batch)
             except OffsetOutOfRangeError as exc:
                 await self._out_of_range(exc.args[0] if exc.args else {})
                 continue
@@ -741,9 +750,15 @@ class KafkaTransport:
         self._reposition(moved)
 
     def _fetched(self) -> bool:
-        """Whether every partition read now has come back in a fetch since it was assigned."""
-        consumer = self._consumer
-        return all(consumer.last_poll_timestamp(self._tp(p)) is not None for p in self._reading)
+        """Whether every partition read now has come back in a fetch since it was
+        assigned (remembered until the next change: asked between any two getmany
+        calls, it would otherwise visit thousands of partitions each time)."""
+        if not self._all_fetched:
+            consumer = self._consumer
+            self._all_fetched = all(
+                consumer.last_poll_timestamp(self._tp(p)) is not None for p in self._reading
+            )
+        return self._all_fetched
 
     def _came_back(self, partition: int, value: bytes | None) -> None:
         awaited = self._awaited.get(partition)

@@ -13,6 +13,7 @@ import yaml
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.embedded import free_loopback_port
 from probe.gameday.faults.proxy import TcpProxy
+from probe.transport import kafka as kafka_transport
 from tests.apache_kafka.kafka_admin import (
     describe,
     leaders,
@@ -264,3 +265,40 @@ def test_a_blackholed_broker_fails_its_own_canaries_and_no_other_brokers(
     proxies[2].restore()
     wait_for(lambda: by_broker(probe, "delivered")["2"] > delivered["2"], timeout=60,
              what="broker 2 measured again")  # fmt: skip
+
+
+def test_a_broker_slower_than_the_others_is_still_read_when_the_reader_follows_its_canaries(
+    proxied: tuple[KafkaCluster, dict[int, TcpProxy]],
+    tmp_path: Path,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    # Above FOLLOW_ABOVE partitions the reader assigns itself the partitions with a
+    # canary on its way, so its assignment changes as canaries are sent, and a change
+    # throws away every fetch in flight, to every broker. Brokers 1 and 3 answer at
+    # once; broker 2, half a second away, must still get to answer: its canaries
+    # delivered, none late or lost (found at 10,000 partitions on this cluster: two
+    # brokers' partitions judged lost every round while the third's were read).
+    cluster, proxies = proxied
+    partitions = kafka_transport.FOLLOW_ABOVE + 3 * 30
+    config = tmp_path / "probe.yaml"
+    config.write_text(yaml.safe_dump({
+        # Each round spread over 0.8 s of the 1 s interval, as at 10,000 partitions.
+        "kafka": {"partitions": partitions, "max_send_rate": 100},
+        # Broker 2's round trip and a fetch of it, twice over, stay within 3 s.
+        "judge": {"freshness": "3s", "loss_timeout": "10s"},
+    }))  # fmt: skip
+    args = run_args(cluster.bootstrap_servers, topic, key_file)
+    probe = start_probe(*args, "--config", str(config))
+    wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
+             what="canaries through every broker")  # fmt: skip
+
+    proxies[2].set_delay(0.25)
+    delivered = by_broker(probe, "delivered")
+    late, lost = by_broker(probe, "late"), by_broker(probe, "lost")
+    # Ten rounds of broker 2's partitions (a third of the topic), read back in time.
+    wait_for(lambda: by_broker(probe, "delivered")["2"] >= delivered["2"] + 10 * partitions // 3,
+             timeout=90, what="ten rounds of broker 2's canaries delivered")  # fmt: skip
+    assert by_broker(probe, "late") == late
+    assert by_broker(probe, "lost") == lost
