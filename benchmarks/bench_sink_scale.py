@@ -452,7 +452,9 @@ def run_case(partitions: int, args: argparse.Namespace) -> None:
         else:  # the logs and tables kept for a look afterwards
             scratch = args.keep / f"{args.broker}-{partitions}"
             scratch.mkdir(parents=True)
-        bootstrap, broker_pids = stack.enter_context(brokers(args.broker, scratch))
+        bootstrap, broker_pids = stack.enter_context(
+            brokers(args.broker, scratch, dict(args.kafka_setting))
+        )
         began = time.monotonic()
         create_topic(
             bootstrap,
@@ -512,6 +514,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--config", type=Path, help="a configuration file for the probe (sink.trigger, ...)"
+    )
+    parser.add_argument(
+        "--kafka-setting",
+        type=lambda kv: tuple(kv.split("=", 1)),
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an Apache Kafka broker setting (repeat), e.g. log.index.interval.bytes=1048576",
     )
     args = parser.parse_args()
     if args.warm_up is None:

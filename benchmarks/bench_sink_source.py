@@ -41,7 +41,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,13 +124,18 @@ def tree_cpu(exclude: set[int]) -> float:
 
 
 @contextmanager
-def brokers(kind: str, workdir: Path) -> Iterator[tuple[str, set[int]]]:
-    """The bootstrap servers and the broker's pids (kept out of the CPU figures)."""
+def brokers(
+    kind: str, workdir: Path, settings: Mapping[str, str] | None = None
+) -> Iterator[tuple[str, set[int]]]:
+    """The bootstrap servers and the broker's pids (kept out of the CPU figures);
+    ``settings``: Apache Kafka broker settings beyond the cluster's own."""
     if kind == "embedded":
         with EmbeddedBroker(log_file=workdir / "tansu.log") as broker:
             yield broker.bootstrap_servers, _descendants(broker)
     else:
-        with KafkaCluster(workdir=workdir / "kafka", quick_start=False) as cluster:
+        with KafkaCluster(
+            workdir=workdir / "kafka", quick_start=False, settings=settings or {}
+        ) as cluster:
             yield (
                 cluster.bootstrap_servers,
                 set().union(*(_descendants(node) for node in cluster.nodes.values())),

@@ -42,10 +42,13 @@ def probe_on(
     topic: str,
     key_file: Path,
     tmp_path: Path,
+    *,
+    kafka: dict[str, object] | None = None,
     **judge: str,
 ) -> RunningProbe:
+    kafka = {"partitions": PARTITIONS, **(kafka or {})}
     config = tmp_path / "probe.yaml"
-    config.write_text(yaml.safe_dump({"kafka": {"partitions": PARTITIONS}, "judge": judge}))
+    config.write_text(yaml.safe_dump({"kafka": kafka, "judge": judge}))
     return start_probe(*run_args(bootstrap_servers, topic, key_file), "--config", str(config))
 
 
@@ -282,15 +285,13 @@ def test_a_broker_slower_than_the_others_is_still_read_when_the_reader_follows_i
     # brokers' partitions judged lost every round while the third's were read).
     cluster, proxies = proxied
     partitions = kafka_transport.FOLLOW_ABOVE + 3 * 30
-    config = tmp_path / "probe.yaml"
-    config.write_text(yaml.safe_dump({
+    probe = probe_on(
+        start_probe, cluster.bootstrap_servers, topic, key_file, tmp_path,
         # Each round spread over 0.8 s of the 1 s interval, as at 10,000 partitions.
-        "kafka": {"partitions": partitions, "max_send_rate": 100},
+        kafka={"partitions": partitions, "max_send_rate": 100},
         # Broker 2's round trip and a fetch of it, twice over, stay within 3 s.
-        "judge": {"freshness": "3s", "loss_timeout": "10s"},
-    }))  # fmt: skip
-    args = run_args(cluster.bootstrap_servers, topic, key_file)
-    probe = start_probe(*args, "--config", str(config))
+        freshness="3s", loss_timeout="10s",
+    )  # fmt: skip
     wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
              what="canaries through every broker")  # fmt: skip
 
