@@ -443,6 +443,13 @@ def timeline(window: Window, every: float = 60.0) -> None:
         start = end
 
 
+def _setting(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not name or not equals:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE")
+    return name, value
+
+
 def run_case(partitions: int, args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         if args.keep is None:
@@ -517,7 +524,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--kafka-setting",
-        type=lambda kv: tuple(kv.split("=", 1)),
+        type=_setting,
         action="append",
         default=[],
         metavar="NAME=VALUE",
