@@ -19,6 +19,10 @@ time: anything written there is read within a fetch. Positions are the
 transport's own (the offset after the last record handed out), so a partition
 leaves and rejoins the assignment where it was, nothing read twice, nothing
 skipped.
+
+**A lane per broker.** The reader's partitions are split by the broker that leads
+them, each share read by a consumer of its own (``kafka_lanes``), so that changing
+what one broker's partitions are read throws away no other broker's fetch.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from probe.transport import Arrival, kafka_refusals
 from probe.transport.kafka_client import connection_options, reason_for
 from probe.transport.kafka_connect_errors import start_or_say_why
 from probe.transport.kafka_denials import denial
+from probe.transport.kafka_lanes import LANES_AT_MOST, Lane, lane_target
 from probe.transport.kafka_leaders import (
     PARTITIONS_PER_REQUEST,
     carry_out,
@@ -99,9 +104,18 @@ _PRODUCER_STATE_LOST = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProd
 FOLLOW_ABOVE = 256
 
 
-# How long the reader's assignment may wait for a partition that has not come back in
-# a fetch since the last change before it changes anyway (see arrivals()).
+# How long a lane's assignment may wait for a partition that has not come back in a
+# fetch since the last change before it changes anyway, at first and at most (see
+# _read_lane()).
 FETCH_PATIENCE = 1.0
+FETCH_PATIENCE_AT_MOST = 8.0
+
+# How often a lane with nothing to read looks for partitions to take on.
+IDLE_LANE_LOOKS_EVERY = 0.05
+
+# Batches of records read and not yet handed out, at most: a reader that stops taking
+# them stops the lanes' fetching too.
+INBOX_BATCHES = 64
 
 # How often the topic's min.insync.replicas is asked for (an admin request; a topic's
 # config rarely changes).
@@ -154,17 +168,10 @@ class KafkaTransport:
         self._config = config
         self._topic = config.topic
         options = connection_options(config)
-        self._producer = self._new_producer(options, idempotent=config.idempotence)
-        self._consumer = AIOKafkaConsumer(
-            **options,
-            group_id=None,
-            enable_auto_commit=False,
-            fetch_max_wait_ms=int(config.fetch_max_wait * 1000),
-            # A position that falls off the log is moved by the transport itself
-            # (_out_of_range): the consumer raises OFFSET_OUT_OF_RANGE instead.
-            auto_offset_reset="none",
-        )
         self._options = options
+        self._producer = self._new_producer(options, idempotent=config.idempotence)
+        # The first lane's consumer, which also looks offsets up for the others.
+        self._consumer = self._new_consumer()
         self._refusals = kafka_refusals.install(produce_failure_reason)
         self._renew_producer = False
         self._hold = hold
@@ -174,8 +181,14 @@ class KafkaTransport:
         # the consumer is assigned only those it must read now (see the module doc).
         self._assigned: set[int] = set()
         self._positions: dict[int, int] = {}
-        self._reading: frozenset[int] = frozenset()
-        self._all_fetched = False  # see _fetched()
+        # The lanes by broker (see kafka_lanes), which lane reads each partition read
+        # now, and what they read that is not handed out yet.
+        self._lanes: dict[int, Lane] = {}
+        self._held: dict[int, int] = {}
+        self._leaders: dict[int, int] = {}  # as the producer's metadata said at cover()
+        self._opening: asyncio.Task[None] | None = None
+        self._inbox: asyncio.Queue[list[Arrival] | Exception] = asyncio.Queue(INBOX_BATCHES)
+        self._failed_at = 0.0
         self._awaited: dict[int, _Awaited] = {}
         self._known: frozenset[int] = frozenset()
         # How a log that started over is told (see _follow_restarted_logs): whether the
@@ -198,6 +211,17 @@ class KafkaTransport:
         # Both lookups run in one task that outlives a refresh when the controller is
         # slow; at most one at a time.
         self._admin_lookup: asyncio.Task[None] | None = None
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            **self._options,
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=int(self._config.fetch_max_wait * 1000),
+            # A position that falls off the log is moved by the transport itself
+            # (_out_of_range): the consumer raises OFFSET_OUT_OF_RANGE instead.
+            auto_offset_reset="none",
+        )
 
     @staticmethod
     def _new_producer(options: Mapping[str, Any], *, idempotent: bool) -> AIOKafkaProducer:
@@ -269,13 +293,17 @@ class KafkaTransport:
         NOT_LEADER is retried against that same broker until then: the partition
         stalls. The producer's metadata, refreshed every round, tells it first.
         """
-        reader = self._consumer._client  # aiokafka's own client of the consumer
-        stale = any(
-            reader.cluster.leader_for_partition(tp) != fresh.leader_for_partition(tp)
-            for tp in map(self._tp, self._reading)
-        )
-        if stale:
-            await _refreshed(reader)
+        # All lanes at once: each refresh may wait behind a fetch its broker holds.
+        stale = [
+            lane.consumer._client  # aiokafka's own client of the consumer
+            for lane in self._lanes.values()
+            if any(
+                lane.consumer._client.cluster.leader_for_partition(tp)
+                != fresh.leader_for_partition(tp)
+                for tp in map(self._tp, lane.reading)
+            )
+        ]
+        await asyncio.gather(*map(_refreshed, stale))
 
     async def provision(self) -> None:
         if not self._config.create_topic:
@@ -467,6 +495,7 @@ class KafkaTransport:
 
     async def cover(self, partitions: Sequence[int]) -> None:
         wanted = set(partitions)
+        self._open_lanes(wanted)
         try:
             if not wanted <= self._assigned:
                 await self._assign(wanted)
@@ -536,7 +565,53 @@ class KafkaTransport:
     def _reposition(self, positions: Mapping[int, int]) -> None:
         """Move these partitions' positions, and read what must be read from there."""
         self._positions.update(positions)
-        self._read(self._to_read(), force=True)  # rare: the partitions or their logs changed
+        wanted = self._to_read()
+        for lane in list(self._lanes.values()):  # rare: the partitions or their logs changed
+            self._read(lane, wanted, force=True)
+
+    def _open_lanes(self, partitions: set[int]) -> None:
+        """A lane for each broker leading some of these partitions (see kafka_lanes):
+        the first at once, on the consumer already started; the others in the
+        background (a consumer starts in a round trip or more), their partitions read
+        by the first lane meanwhile."""
+        cluster = self._producer.client.cluster
+        leaders = {p: cluster.leader_for_partition(self._tp(p)) for p in partitions}
+        self._leaders = {p: b for p, b in leaders.items() if isinstance(b, int) and b >= 0}
+        brokers = sorted(set(self._leaders.values()))
+        if not self._lanes:
+            self._add_lane(Lane(brokers[0] if brokers else -1, self._consumer))
+        missing = [b for b in brokers if b not in self._lanes]
+        if missing and (self._opening is None or self._opening.done()):
+            self._opening = asyncio.create_task(
+                self._start_lanes(missing), name=f"kafka lanes {self._topic}"
+            )
+
+    async def _start_lanes(self, brokers: list[int]) -> None:
+        for broker in brokers:
+            if len(self._lanes) >= LANES_AT_MOST:
+                return
+            consumer = self._new_consumer()
+            try:
+                async with asyncio.timeout(self._config.send_timeout):
+                    await consumer.start()
+            except (KafkaError, OSError, TimeoutError) as exc:
+                # Tried again at the next round; the first lane reads its partitions.
+                log.debug("topic %s: no lane for broker %d yet: %s", self._topic, broker, exc)
+                with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await consumer.stop()
+                return
+            self._add_lane(Lane(broker, consumer))
+
+    def _add_lane(self, lane: Lane) -> None:
+        lane.changed_at = time.monotonic()
+        self._lanes[lane.broker] = lane
+        lane.pump = asyncio.create_task(self._pump(lane), name=f"kafka lane {lane.broker}")
+
+    def _home(self, partition: int) -> int:
+        """The lane a partition no lane reads joins: its leader's, else the first."""
+        leader = self._leaders.get(partition, -1)
+        return leader if leader in self._lanes else next(iter(self._lanes))
 
     def _to_read(self) -> frozenset[int]:
         """The partitions to fetch now: all of them for a reader that never writes or
@@ -548,33 +623,39 @@ class KafkaTransport:
             del self._awaited[partition]
         return frozenset(self._awaited.keys() & self._assigned)
 
-    def _read(self, partitions: frozenset[int], *, force: bool = False) -> bool:
-        """Assign the consumer these partitions at the transport's positions; whether
-        the assignment changed.
+    def _read(self, lane: Lane, wanted: frozenset[int], *, force: bool = False) -> bool:
+        """Assign the lane's consumer its share of the ``wanted`` partitions at the
+        transport's positions; whether its assignment changed.
 
-        Synchronous on purpose: called between two ``getmany`` calls, before the
-        fetcher runs again (see arrivals() for when no fetch is thrown away). The
-        assignment changes when partitions must be added (those done are dropped at
-        the same time), when it is more than twice as large as needed, or when
+        Synchronous on purpose: called between two of the lane's ``getmany`` calls,
+        before its fetcher runs again (see _pump() for when no fetch is thrown away).
+        The assignment changes when partitions must be added (those done are dropped
+        at the same time), when it is more than twice as large as needed, or when
         ``force``d (positions moved); not for every canary that came back: a partition
-        read for nothing costs less than a fetch thrown away. It is never empty: a
-        consumer with nothing assigned refreshes the metadata of every topic, so with
-        nothing on its way the reader keeps the lowest partition.
+        read for nothing costs less than a fetch thrown away. Once assigned, it is
+        never empty: a consumer with nothing assigned refreshes the metadata of every
+        topic, so with nothing on its way the lane keeps its lowest partition.
         """
+        partitions = lane_target(lane.broker, lane.reading, wanted, self._held, self._home)
         if not partitions:
-            if not force or not self._assigned:
+            kept = lane.reading & self._assigned
+            if not force or not kept:
                 return False
-            partitions = frozenset({min(self._assigned)})
-        grow = not partitions <= self._reading
-        shrink = len(self._reading) > 2 * len(partitions) + 64
+            partitions = frozenset({min(kept)})
+        grow = not partitions <= lane.reading
+        shrink = len(lane.reading) > 2 * len(partitions) + 64
         if not (force or grow or shrink):
             return False
         tps = [self._tp(p) for p in sorted(partitions)]
-        self._consumer.assign(tps)
+        lane.consumer.assign(tps)
         for tp in tps:
-            self._consumer.seek(tp, self._positions[tp.partition])
-        self._reading = partitions
-        self._all_fetched = False
+            lane.consumer.seek(tp, self._positions[tp.partition])
+        for partition in lane.reading - partitions:
+            del self._held[partition]
+        self._held.update(dict.fromkeys(partitions, lane.broker))
+        lane.reading = partitions
+        lane.all_fetched = False
+        lane.changed_at = time.monotonic()
         return True
 
     def refused(self, partition: int, since: float) -> ProduceFailure | None:
@@ -644,7 +725,26 @@ class KafkaTransport:
         )
 
     async def arrivals(self) -> AsyncIterator[Arrival]:
-        await self._covered.wait()
+        """What the lanes read, in the order each lane read it (see _pump())."""
+        while True:
+            batch = await self._inbox.get()
+            if isinstance(batch, Exception):
+                raise batch
+            for arrival in batch:
+                yield arrival
+
+    async def _pump(self, lane: Lane) -> None:
+        """Read one lane, for as long as the transport lives; what fails it unforeseen
+        goes to the reader, which raises it, as a reader of a single consumer did."""
+        try:
+            await self._covered.wait()
+            await self._read_lane(lane)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # handed on to the reader, not swallowed
+            await self._inbox.put(exc)
+
+    async def _read_lane(self, lane: Lane) -> None:
         # A failed fetch is retried within the broker's max wait (plus the pause below),
         # so a problem is over only once fetches have worked for longer than that: a
         # call that comes back clean before the retry (nothing fetched yet, or records
@@ -653,27 +753,39 @@ class KafkaTransport:
         # A reader that writes looks for newly written partitions about once a fetch.
         wait_s = self._config.fetch_max_wait
         poll_ms = max(10, int(wait_s * 1000))
-        failed_at = 0.0
-        # The assignment changes only once every partition read now has come back in
-        # a fetch since the last change: a change throws away every fetch in flight,
-        # to every broker, and changing it at every turn would throw them all away (a
-        # broker that holds a fetch for its whole max wait, as the embedded one does,
-        # or that takes long to answer many partitions, would never get to answer).
-        # Records just taken do not make a change safe: they say the broker that sent
-        # them has no fetch in flight, not that the others have none (at 10,000
-        # partitions on three brokers, two brokers' partitions were never read while
-        # the third's records kept changing the assignment). A partition that keeps
-        # failing its fetches must not freeze the assignment: after FETCH_PATIENCE
-        # it changes anyway.
-        patience = max(FETCH_PATIENCE, 10 * wait_s)
-        changed_at = time.monotonic()
+        # The lane's assignment changes only once every partition it reads has come
+        # back in a fetch since the last change: a change throws away every fetch the
+        # lane's consumer has in flight, and changing it at every turn would throw them
+        # all away (a broker that holds a fetch for its whole max wait, as the embedded
+        # one does, or that takes long to answer many partitions, would never get to
+        # answer). Records just taken do not make a change safe: they say the broker
+        # that sent them has no fetch in flight, not that others have none.
+        # A partition that keeps failing its fetches must not freeze the lane: after
+        # the lane's patience it changes anyway (throwing away no other lane's fetch).
+        # The patience follows the broker: twice what its fetches took the last time
+        # they all came back, doubled after a change that cut one short, between
+        # FETCH_PATIENCE and FETCH_PATIENCE_AT_MOST. A broker slower to answer than a
+        # fixed patience would have every fetch cut short, its canaries judged lost
+        # while it kept them (1.5 s per fetch: 4,933 of them in a minute).
+        least = max(FETCH_PATIENCE, 10 * wait_s)
+        most = max(least, FETCH_PATIENCE_AT_MOST)
+        lane.patience = least
         while True:
             now = time.monotonic()
-            safe = self._fetched() or now - changed_at > patience
-            if safe and self._read(self._to_read()):
-                changed_at = now
+            was_fetched = lane.all_fetched
+            fetched = self._fetched(lane)
+            if fetched and not was_fetched:
+                lane.patience = min(most, max(least, 2 * (now - lane.changed_at)))
+            safe = fetched or now - lane.changed_at > lane.patience
+            if safe and self._read(lane, self._to_read()) and not fetched:
+                lane.patience = min(most, 2 * lane.patience)
+            if not lane.reading:
+                # Nothing for this lane yet: a lane just opened, before its broker's
+                # partitions have a canary on its way (or stop being read elsewhere).
+                await asyncio.sleep(max(wait_s, IDLE_LANE_LOOKS_EVERY))
+                continue
             try:
-                batch = await self._consumer.getmany(timeout_ms=poll_ms if self._writes else 1000)
+                batch = await lane.consumer.getmany(timeout_ms=poll_ms if self._writes else 1000)
             except OffsetOutOfRangeError as exc:
                 await self._out_of_range(exc.args[0] if exc.args else {})
                 continue
@@ -682,27 +794,38 @@ class KafkaTransport:
                 # (UnsupportedCodecError) fails every time: a read problem that makes
                 # the target unready. The consumer reconnects by itself; the pause
                 # keeps a broker that is down from making this loop a busy one.
-                failed_at = time.monotonic()
+                self._failed_at = time.monotonic()
                 self._note_read_problem(denial(exc, "Read", self._config) or f"fetch failed: {exc}")
                 await asyncio.sleep(1.0)
                 continue
-            if self._read_problem is not None and time.monotonic() - failed_at > settle_s:
+            if self._read_problem is not None and time.monotonic() - self._failed_at > settle_s:
                 self._note_read_problem(None)
-            at_ns = time.time_ns()
-            for tp, records in batch.items():
-                partition = tp.partition
-                for record in records:
-                    self._positions[partition] = record.offset + 1
-                    self._came_back(partition, record.value)
-                    # A record without a value is still a record on the canary topic:
-                    # it is judged (as malformed), not skipped.
-                    yield Arrival(
+            if batch:
+                await self._inbox.put(self._taken(batch))
+
+    def _taken(self, batch: Mapping[TopicPartition, Sequence[Any]]) -> list[Arrival]:
+        """The arrivals of one getmany, the positions moved past them: a lane that
+        changes its assignment next seeks from there, whether or not the reader has
+        taken them yet."""
+        at_ns = time.time_ns()
+        arrivals = []
+        for tp, records in batch.items():
+            partition = tp.partition
+            for record in records:
+                self._positions[partition] = record.offset + 1
+                self._came_back(partition, record.value)
+                # A record without a value is still a record on the canary topic: it
+                # is judged (as malformed), not skipped.
+                arrivals.append(
+                    Arrival(
                         partition,
                         record.value or b"",
                         at_ns,
                         record.offset,
                         _traceparent(record.headers),
                     )
+                )
+        return arrivals
 
     async def _out_of_range(self, fetched: Mapping[TopicPartition, int]) -> None:
         """Move positions the log no longer has (OFFSET_OUT_OF_RANGE) to where reading
@@ -749,16 +872,20 @@ class KafkaTransport:
         )
         self._reposition(moved)
 
-    def _fetched(self) -> bool:
-        """Whether every partition read now has come back in a fetch since it was
+    def _fetched(self, lane: Lane) -> bool:
+        """Whether every partition the lane reads has come back in a fetch since it was
         assigned (remembered until the next change: asked between any two getmany
         calls, it would otherwise visit thousands of partitions each time)."""
-        if not self._all_fetched:
-            consumer = self._consumer
-            self._all_fetched = all(
-                consumer.last_poll_timestamp(self._tp(p)) is not None for p in self._reading
+        if not lane.all_fetched:
+            consumer = lane.consumer
+            cluster = consumer._client.cluster  # aiokafka's own client of the consumer
+            # A partition without a leader is not fetched at all: nothing to wait for.
+            lane.all_fetched = all(
+                consumer.last_poll_timestamp(tp) is not None
+                or cluster.leader_for_partition(tp) in (None, -1)
+                for tp in map(self._tp, lane.reading)
             )
-        return self._all_fetched
+        return lane.all_fetched
 
     def _came_back(self, partition: int, value: bytes | None) -> None:
         awaited = self._awaited.get(partition)
@@ -805,7 +932,19 @@ class KafkaTransport:
 
         if self._admin_lookup is not None:
             self._admin_lookup.cancel()
-        await asyncio.gather(stop(self._consumer), stop(self._producer), self._drop_admin())
+        tasks = [lane.pump for lane in self._lanes.values() if lane.pump is not None]
+        if self._opening is not None:
+            tasks.append(self._opening)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        consumers = {id(lane.consumer): lane.consumer for lane in self._lanes.values()}
+        consumers[id(self._consumer)] = self._consumer
+        await asyncio.gather(
+            *(stop(consumer) for consumer in consumers.values()),
+            stop(self._producer),
+            self._drop_admin(),
+        )
 
     def _tp(self, partition: int) -> TopicPartition:
         return TopicPartition(self._topic, partition)
