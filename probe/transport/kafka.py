@@ -594,12 +594,15 @@ class KafkaTransport:
             try:
                 async with asyncio.timeout(self._config.send_timeout):
                     await consumer.start()
-            except (KafkaError, OSError, TimeoutError) as exc:
+            except (KafkaError, OSError, TimeoutError, asyncio.CancelledError) as exc:
                 # Tried again at the next round; the first lane reads its partitions.
-                log.debug("topic %s: no lane for broker %d yet: %s", self._topic, broker, exc)
+                # Cancelled (the transport closes): the consumer is stopped all the same.
+                log.debug("topic %s: no lane for broker %d yet: %r", self._topic, broker, exc)
                 with contextlib.suppress(KafkaError, OSError, TimeoutError):
                     async with asyncio.timeout(1.0):
                         await consumer.stop()
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
                 return
             self._add_lane(Lane(broker, consumer))
 
