@@ -573,13 +573,18 @@ class KafkaTransport:
         """A lane for each broker leading some of these partitions (see kafka_lanes):
         the first at once, on the consumer already started; the others in the
         background (a consumer starts in a round trip or more), their partitions read
-        by the first lane meanwhile."""
+        by the first lane meanwhile. Only a reader that follows the writer has more
+        than one: one that reads every partition all the time changes its assignment
+        only when the partitions or their logs change, and a consumer kept idle would
+        refresh the metadata of every topic of the cluster."""
         cluster = self._producer.client.cluster
         leaders = {p: cluster.leader_for_partition(self._tp(p)) for p in partitions}
         self._leaders = {p: b for p, b in leaders.items() if isinstance(b, int) and b >= 0}
         brokers = sorted(set(self._leaders.values()))
         if not self._lanes:
             self._add_lane(Lane(brokers[0] if brokers else -1, self._consumer))
+        if not self._writes or len(partitions) <= self._follow_above:
+            return
         missing = [b for b in brokers if b not in self._lanes]
         if missing and (self._opening is None or self._opening.done()):
             self._opening = asyncio.create_task(

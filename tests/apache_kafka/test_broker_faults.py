@@ -12,6 +12,7 @@ import yaml
 
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.embedded import free_loopback_port
+from probe.gameday.faults.coordinator import RequestHold
 from probe.gameday.faults.proxy import TcpProxy
 from probe.gameday.faults.silent_partition import FETCH
 from probe.transport import kafka as kafka_transport
@@ -280,6 +281,38 @@ def test_a_blackholed_broker_fails_its_own_canaries_and_no_other_brokers(
              what="broker 2 measured again")  # fmt: skip
 
 
+# A topic the reader follows its canaries on (above FOLLOW_ABOVE), a third of it led by
+# each broker.
+FOLLOWED = kafka_transport.FOLLOW_ABOVE + 3 * 30
+
+
+def probe_following(
+    start_probe: Callable[..., RunningProbe],
+    cluster: KafkaCluster,
+    topic: str,
+    key_file: Path,
+    tmp_path: Path,
+    **judge: str,
+) -> RunningProbe:
+    """The probe on a FOLLOWED topic, each round spread over 0.8 s of the 1 s interval
+    (as at 10,000 partitions), once its canaries came back through every broker."""
+    probe = probe_on(
+        start_probe, cluster.bootstrap_servers, topic, key_file, tmp_path,
+        kafka={"partitions": FOLLOWED, "max_send_rate": 100}, **judge,
+    )  # fmt: skip
+    wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
+             what="canaries through every broker", every=LARGE_TOPIC_POLL)  # fmt: skip
+    return probe
+
+
+def hold_fetches(proxy: TcpProxy, seconds: float) -> RequestHold:
+    """The broker behind this proxy answers every fetch ``seconds`` late, its writes
+    not (as brokers answering fetches of thousands of partitions did)."""
+    hold = proxy.request_hold
+    hold.api_keys, hold.delay, hold.active = frozenset({FETCH}), seconds, True
+    return hold
+
+
 def test_a_broker_slow_to_answer_fetches_is_still_read_when_the_reader_follows_its_canaries(
     proxied: tuple[KafkaCluster, dict[int, TcpProxy]],
     tmp_path: Path,
@@ -289,32 +322,23 @@ def test_a_broker_slow_to_answer_fetches_is_still_read_when_the_reader_follows_i
 ) -> None:
     # Above FOLLOW_ABOVE partitions the reader assigns itself the partitions with a
     # canary on its way, so its assignment changes as canaries are sent, and a change
-    # throws away every fetch in flight, to every broker. Brokers 1 and 3 answer at
-    # once; broker 2 holds every fetch half a second (its writes are not slowed, as at
-    # 10,000 partitions, where brokers took long to answer fetches of thousands of
-    # partitions) and must still get to answer: its canaries delivered, none late or
-    # lost. At this size a reader that changed its assignment whenever records came
-    # in is not reliably caught (here it held broker 2's canaries back a few seconds
-    # at most); the 10,000-partition run on this cluster showed it (docs/scale.md).
+    # throws away the fetches in flight. Brokers 1 and 3 answer at once; broker 2
+    # holds every fetch half a second and must still get to answer: its canaries
+    # delivered, none late or lost. At this size a reader that changed its assignment
+    # whenever records came in is not reliably caught (here it held broker 2's
+    # canaries back a few seconds at most); the 10,000-partition run on this cluster
+    # showed it (docs/scale.md).
     cluster, proxies = proxied
-    partitions = kafka_transport.FOLLOW_ABOVE + 3 * 30
-    probe = probe_on(
-        start_probe, cluster.bootstrap_servers, topic, key_file, tmp_path,
-        # Each round spread over 0.8 s of the 1 s interval, as at 10,000 partitions.
-        kafka={"partitions": partitions, "max_send_rate": 100},
-        # What the reader itself adds: a change waits at most FETCH_PATIENCE (1 s) for
-        # the fetch in flight, then two of broker 2's fetches (0.5 s each): about 2 s.
-        freshness="5s", loss_timeout="10s",
-    )  # fmt: skip
-    wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
-             what="canaries through every broker", every=LARGE_TOPIC_POLL)  # fmt: skip
+    # What the reader itself adds: broker 2's lane waits for its fetch out (0.5 s),
+    # then reads in one more: about a second; 5 s leaves room for a loaded machine.
+    probe = probe_following(start_probe, cluster, topic, key_file, tmp_path,
+                            freshness="5s", loss_timeout="10s")  # fmt: skip
 
-    hold = proxies[2].request_hold
-    hold.api_keys, hold.delay, hold.active = frozenset({FETCH}), 0.5, True
+    hold = hold_fetches(proxies[2], 0.5)
     delivered = by_broker(probe, "delivered")
     late, lost = by_broker(probe, "late"), by_broker(probe, "lost")
     # Ten rounds of broker 2's partitions (a third of the topic), read back in time.
-    wait_for(lambda: by_broker(probe, "delivered")["2"] >= delivered["2"] + 10 * partitions // 3,
+    wait_for(lambda: by_broker(probe, "delivered")["2"] >= delivered["2"] + 10 * FOLLOWED // 3,
              timeout=90, what="ten rounds of broker 2's canaries delivered",
              every=LARGE_TOPIC_POLL)  # fmt: skip
     assert hold.delayed > 0
@@ -336,18 +360,11 @@ def test_a_broker_slower_to_answer_fetches_than_the_reader_waits_is_late_not_los
     # brokers). Its canaries are read, however late, none lost; brokers 1 and 3, read
     # on lanes of their own (probe/transport/kafka_lanes.py), keep their pace.
     cluster, proxies = proxied
-    partitions = kafka_transport.FOLLOW_ABOVE + 3 * 30
-    probe = probe_on(
-        start_probe, cluster.bootstrap_servers, topic, key_file, tmp_path,
-        kafka={"partitions": partitions, "max_send_rate": 100},
-        # Broker 2's canaries wait for the fetch out and one more: about 3 s, late.
-        freshness="3s", loss_timeout="10s",
-    )  # fmt: skip
-    wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
-             what="canaries through every broker", every=LARGE_TOPIC_POLL)  # fmt: skip
+    # Broker 2's canaries wait for the fetch out and one more: about 3 s, late.
+    probe = probe_following(start_probe, cluster, topic, key_file, tmp_path,
+                            freshness="3s", loss_timeout="10s")  # fmt: skip
 
-    hold = proxies[2].request_hold
-    hold.api_keys, hold.delay, hold.active = frozenset({FETCH}), 1.5, True
+    hold = hold_fetches(proxies[2], 1.5)
     delivered = by_broker(probe, "delivered")
     late, lost = by_broker(probe, "late"), by_broker(probe, "lost")
 
@@ -361,7 +378,7 @@ def test_a_broker_slower_to_answer_fetches_than_the_reader_waits_is_late_not_los
 
     # Fifteen rounds of broker 2's partitions (a third of the topic) read back, however
     # late: more than the loss timeout since the first of them was sent.
-    wait_for(lambda: arrived_2() >= delivered["2"] + late["2"] + 15 * partitions // 3,
+    wait_for(lambda: arrived_2() >= delivered["2"] + late["2"] + 15 * FOLLOWED // 3,
              timeout=120, what="fifteen rounds of broker 2's canaries read",
              every=LARGE_TOPIC_POLL)  # fmt: skip
     assert hold.delayed > 0
@@ -371,5 +388,5 @@ def test_a_broker_slower_to_answer_fetches_than_the_reader_waits_is_late_not_los
     now_late, now_delivered = by_broker(probe, "late"), by_broker(probe, "delivered")
     for broker in ("1", "3"):
         read = now_delivered[broker] - delivered[broker]
-        assert read >= 10 * partitions // 3
+        assert read >= 10 * FOLLOWED // 3
         assert now_late[broker] - late[broker] <= 0.01 * read
