@@ -411,6 +411,17 @@ def test_controller_kill_kills_the_active_controller_and_a_new_one_is_elected(
     assert live_brokers(cluster_targets.bootstrap_servers) == {1, 2, 3}
 
 
+def _fill(bootstrap_servers: str, topic: str, partitions: int, size: int) -> None:
+    """``size`` bytes into each partition, in records of 100 kB, acknowledged by all."""
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": "all"})
+    record = b"x" * 100_000
+    for partition in range(partitions):
+        for _ in range(size // len(record)):
+            producer.produce(topic, record, partition=partition)
+            producer.poll(0)
+    assert producer.flush(30) == 0, "records not acknowledged within 30 s"
+
+
 class _Writer:
     """A thread writing one acks=all record to each of ``partitions`` every ``every``
     seconds while it runs; ``offsets``: per partition, where they were acknowledged."""
@@ -535,6 +546,11 @@ def test_a_reassignment_stays_in_flight_under_its_throttle_until_healed(
     topic = f"moving-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, PARTITIONS, 2)
     wait_in_sync(bootstrap, [topic], 60, "the new topic")
+    # More in each partition than one replica fetch takes (replica.fetch.max.bytes, 1 MiB):
+    # a quota is enforced once exceeded, so the copy of a near-empty log was over before
+    # the throttle held it, the reassignment complete within the 3 s (2 runs in 10).
+    _fill(bootstrap, topic, PARTITIONS, 3 << 20)
+    wait_in_sync(bootstrap, [topic], 60, "the filled topic")
     targets = dataclasses.replace(cluster_targets, topic=topic)
     before = describe(bootstrap, topic)
     fault = build_fault(KafkaReassignment(kind="kafka-reassignment"), targets)
