@@ -20,9 +20,10 @@ transport's own (the offset after the last record handed out), so a partition
 leaves and rejoins the assignment where it was, nothing read twice, nothing
 skipped.
 
-**A lane per broker.** The reader's partitions are split by the broker that leads
-them, each share read by a consumer of its own (``kafka_lanes``), so that changing
-what one broker's partitions are read throws away no other broker's fetch.
+**A lane per broker.** A reader that follows the writer splits its partitions by the
+broker that leads them, each share read by a consumer of its own (``kafka_lanes``), so
+that changing what one broker's partitions are read throws away no other broker's
+fetch. A reader of the whole topic keeps one consumer (see _open_lanes()).
 """
 
 from __future__ import annotations
