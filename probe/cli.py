@@ -383,6 +383,19 @@ def main() -> None:
     type=click.Path(dir_okay=False, path_type=Path),
 )
 def once(config_file: Path | None, json: bool | None, junit: Path | None, **flags: Any) -> None:
+@_option(
+    "push-gateway-job",
+    "once.push_gateway.job",
+    "The pushed groups' job label (default synthetic-sla-smoke).",
+    metavar="JOB",
+)
+@_option(
+    "push-gateway-instance",
+    "once.push_gateway.instance",
+    "The pushed groups' instance label (default: the target's name, the same every run, "
+    "never the host name a CI job changes).",
+    metavar="NAME",
+)
     """Run a few rounds, wait for every canary's fate, report, exit 0 (ok) or 1.
 
     Kafka is probed at --bootstrap-servers, or with --embedded on a broker started

@@ -119,8 +119,7 @@ def test_the_smoke_test_has_the_release_config_keys_and_the_push_secrets() -> No
     pod = _pod(manifests)
     (container,) = pod["containers"]
     env = {e["name"]: e for e in container["env"]}
-    # A probe id of its own, the same every run: its group's instance, replaced by the
-    # next run; the running probes and the helm test have others.
+    # A probe id of its own: the running probes and the helm test have others.
     assert env["SLA_PROBE_PROBE_ID"]["value"] == "orders-smoke"
     assert env["SLA_PROBE_CONFIG"]["value"] == "/etc/sla-probe/config/smoke.yaml"
     assert env["SLA_PROBE_SIGNING_KEY_FILE"]["value"] == "/etc/sla-probe/keys/keys.json"
@@ -159,13 +158,15 @@ def test_smoke_config_is_the_probe_config_with_the_push_settings() -> None:
     assert push == {
         "url": PUSH_GATEWAY,
         "job": "synthetic-sla-smoke",
+        # The CronJob's group, apart from a deploy pipeline's for the same target.
+        "instance": "orders-smoke",
         "grouping": {"cluster": "eu-west-1"},
         "timeout": "5s",
         "username": "smoke",
         "password_file": "/etc/sla-probe/push-gateway-password/password",
         "tls": {"ca_file": "/etc/sla-probe/push-gateway-tls/ca.crt"},
     }
-    # pushGateway.instance names the group instead of the probe id; config.once keeps its
+    # pushGateway.instance names the group instead; config.once keeps its
     # other settings, and its own push_gateway stays the helm test's.
     values = _with(
         SMOKE,
@@ -196,7 +197,7 @@ def test_smoke_config_is_one_the_probe_loads(tmp_path: Path) -> None:
     assert push is not None
     assert push.url == PUSH_GATEWAY
     assert push.job == "synthetic-sla-smoke"
-    assert push.instance is None  # the probe id, orders-smoke
+    assert push.instance == "orders-smoke"
     assert push.timeout == 5.0
     assert push.password_value() == "pushed-by-a-secret"
     assert push.tls is not None

@@ -589,7 +589,7 @@ def metrics_page() -> str:
         intro = _first_paragraph(_own_doc(component.owner))
         if component.owner is smoke_registry:
             settings = PushGatewayConfig(url="http://pushgateway:9091")
-            pushed = grouping_key(settings, probe_id=HOST_NAME, target=PLACEHOLDER_TARGET)
+            pushed = grouping_key(settings, target=PLACEHOLDER_TARGET)
             labels = ", ".join(_code(name) for name in ["job", *sorted(pushed)])
             intro += (
                 f" Pushed by `once` to a Pushgateway, where each series also carries the "

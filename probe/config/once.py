@@ -29,7 +29,7 @@ class PushGatewayConfig(_Section):
     """Where `once` pushes its result: a Prometheus Pushgateway (``--push-gateway``).
 
     One push per target, replacing the last one of its group: ``job``, ``instance``
-    (default: the probe id), ``target``, and the ``grouping`` labels. Basic auth with
+    (default: the target's name), ``target``, and the ``grouping`` labels. Basic auth with
     ``username`` and a password from exactly one place (``password``,
     ``password_file``, SLA_PROBE_PUSH_GATEWAY_PASSWORD); TLS with ``tls`` (an https
     URL, a CA, a client certificate).
@@ -37,6 +37,9 @@ class PushGatewayConfig(_Section):
 
     url: str
     job: str = Field(default="synthetic-sla-smoke", min_length=1, max_length=200)
+    # None: the target's name. Never the host name (the probe id's default): a CI job's
+    # host changes every run, and each run would leave a group of its own behind, stale
+    # for ever, with a failed run's alert never resolved by the next run's pass.
     instance: str | None = Field(default=None, min_length=1, max_length=200)
     grouping: dict[str, str] = Field(default_factory=dict)
     # A push that takes longer fails (logged; `once` keeps its own exit code).
@@ -95,3 +98,16 @@ class OnceConfig(_Section):
     embedded: bool = False
     # Push the result to a Pushgateway (a deploy pipeline's or a CronJob's smoke test).
     push_gateway: PushGatewayConfig | None = None
+
+    @field_validator("push_gateway", mode="before")
+    @classmethod
+    def _push_needs_url(cls, push: object) -> object:
+        # A job or instance given (SLA_PROBE_PUSH_GATEWAY_INSTANCE, say) with nowhere to
+        # push: said, rather than pydantic's "url: Field required".
+        if isinstance(push, dict) and push.get("url") is None:
+            given = ", ".join(sorted(push)) or "the section"
+            raise ValueError(
+                f"{given} given without url: the Pushgateway to push to "
+                "(--push-gateway URL, SLA_PROBE_PUSH_GATEWAY)"
+            )
+        return push

@@ -3,7 +3,8 @@
 A smoke test in a deploy pipeline or a CronJob prints its report and exits; nothing
 would record that the last one failed, or that none ran for hours. So each target's
 result is pushed as its own group (``job``, ``instance``, ``target``, and any
-``grouping`` labels), with PUT: the push replaces the group's last one, so the
+``grouping`` labels; the instance defaults to the target, never to the host name a CI
+job changes every run), with PUT: the push replaces the group's last one, so the
 Pushgateway holds the latest result per target, never a mixture::
 
     >>> registry = smoke_registry(tally, ended_at=1767268800.0, duration_s=4.2, buckets=(...))
@@ -92,10 +93,18 @@ def smoke_registry(
     return registry
 
 
-def grouping_key(settings: PushGatewayConfig, probe_id: str, target: str) -> dict[str, str]:
+def grouping_key(settings: PushGatewayConfig, target: str) -> dict[str, str]:
     """The group a target's push replaces: instance, target and the extra labels (the
-    job is the push's own argument)."""
-    return {**settings.grouping, "instance": settings.instance or probe_id, "target": target}
+    job is the push's own argument).
+
+    The instance is the one configured, else the target's name: the same for every run
+    of a pipeline whichever runner or pod it lands on, so each push replaces the last
+    one's result and the smoke alerts resolve with the next passing run::
+
+        >>> grouping_key(PushGatewayConfig(url="http://pushgateway:9091"), "orders")
+        {'instance': 'orders', 'target': 'orders'}
+    """
+    return {**settings.grouping, "instance": settings.instance or target, "target": target}
 
 
 def handler(settings: PushGatewayConfig) -> Handler:
@@ -150,7 +159,7 @@ def push_report(
     failures = []
     for tally in report.tallies:
         registry = smoke_registry(tally, ended_at=ended_at, duration_s=duration_s, buckets=buckets)
-        group = grouping_key(settings, config.probe_id, tally.target)
+        group = grouping_key(settings, tally.target)
         try:
             push_to_gateway(
                 settings.url,

@@ -1,18 +1,20 @@
 """`sla-probe once --push-gateway` against a real Pushgateway (Debian's
-prometheus-pushgateway): each target's result replaces its group's last push; a push
-that fails is reported and leaves the exit code alone; basic auth and TLS as the
+prometheus-pushgateway): each target's result replaces its group's last push, whichever
+host ran it (the instance is the target's name unless given by flag, variable or file);
+a push that fails is reported and leaves the exit code alone; basic auth and TLS as the
 Pushgateway's own web config asks; a real Prometheus scraping the Pushgateway with the
-shipped rules tickets a failed smoke test."""
+shipped rules tickets a failed smoke test and resolves it at the next run's pass, run
+from another host."""
 
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import ssl
 import subprocess
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,54 +72,111 @@ def pushgateway(tmp_path: Path) -> Iterator[Pushgateway]:
         yield gateway
 
 
-def once(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def once(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None, host: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``sla-probe once`` with ``env`` added to the environment; with ``host``, on a
+    host of that name (a UTS namespace of its own, as a CI job's container has: exit 97
+    where one cannot be made)."""
+    command = [SLA_PROBE, "once", *args]
+    if host is not None:
+        rename = 'hostname "$0" 2>/dev/null || exit 97; exec "$@"'
+        command = ["unshare", "--uts", "sh", "-c", rename, host, *command]
     return subprocess.run(
-        [SLA_PROBE, "once", *args], capture_output=True, text=True, timeout=timeout, check=False
+        command,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
 
 
-def group(probe_id: str, **labels: str) -> tuple[tuple[str, str], ...]:
-    return tuple(
-        sorted(
-            {
-                "job": "synthetic-sla-smoke",
-                "instance": probe_id,
-                "target": "kafka",
-                **labels,
-            }.items()
-        )
-    )
+def group(
+    instance: str = "kafka", job: str = "synthetic-sla-smoke", **labels: str
+) -> tuple[tuple[str, str], ...]:
+    """A pushed sample's labels; by default those of the group of target kafka."""
+    return tuple(sorted({"job": job, "instance": instance, "target": "kafka", **labels}.items()))
 
 
 def test_a_passing_run_then_a_failing_one_each_replace_the_group(
     pushgateway: Pushgateway,
 ) -> None:
-    probe_id = f"smoke-{uuid.uuid4().hex[:6]}"
     began = time.time()
-    passed = once("--embedded", "--probe-id", probe_id, "--push-gateway", pushgateway.url)
+    passed = once("--embedded", "--probe-id", "ci-1", "--push-gateway", pushgateway.url)
     assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert pushgateway.samples("synthetic_sla_smoke_success") == {group(probe_id): 1.0}
+    assert pushgateway.samples("synthetic_sla_smoke_success") == {group(): 1.0}
     canaries = pushgateway.samples("synthetic_sla_smoke_canaries")
-    delivered = canaries[group(probe_id, stage="consumer", outcome="delivered")]
+    delivered = canaries[group(stage="consumer", outcome="delivered")]
     assert delivered >= 3  # three rounds, one canary per partition
-    assert canaries[group(probe_id, stage="consumer", outcome="lost")] == 0
+    assert canaries[group(stage="consumer", outcome="lost")] == 0
     count = pushgateway.samples("synthetic_sla_smoke_latency_seconds_count")
-    assert count == {group(probe_id, stage="consumer"): delivered}
+    assert count == {group(stage="consumer"): delivered}
     (ended,) = pushgateway.samples("synthetic_sla_smoke_last_run_timestamp_seconds").values()
     assert began < ended <= time.time()
     (took,) = pushgateway.samples("synthetic_sla_smoke_duration_seconds").values()
     assert 0 < took < time.time() - began
 
-    # The same group, now failing (nothing listens): replaced, not added beside.
+    # The same group, now failing (nothing listens), from a probe of another id: replaced,
+    # not added beside.
     nowhere = f"127.0.0.1:{free_loopback_port()}"
-    failed = once("--bootstrap-servers", nowhere, "--probe-id", probe_id,
+    failed = once("--bootstrap-servers", nowhere, "--probe-id", "ci-2",
                   "--push-gateway", pushgateway.url, "--send-timeout", "1s")  # fmt: skip
     assert failed.returncode == 1, failed.stdout + failed.stderr
-    assert pushgateway.samples("synthetic_sla_smoke_success") == {group(probe_id): 0.0}
+    assert pushgateway.samples("synthetic_sla_smoke_success") == {group(): 0.0}
     canaries = pushgateway.samples("synthetic_sla_smoke_canaries")
     assert all(value == 0 for value in canaries.values()), canaries
     # The Pushgateway's own record of the push.
-    assert pushgateway.samples("push_failure_time_seconds")[group(probe_id)] == 0
+    assert pushgateway.samples("push_failure_time_seconds")[group()] == 0
+
+
+def test_runs_on_two_hosts_push_to_one_group(pushgateway: Pushgateway) -> None:
+    """Two CI jobs land on runners of different host names (the probe id's default): a
+    failed run on one, then a passing run on the other, replace one group's result. A
+    group per host name left every past run's group behind for good, and the failed
+    one's alert unresolved."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare to run under another host name")
+    nowhere = f"127.0.0.1:{free_loopback_port()}"
+    failed = once("--bootstrap-servers", nowhere, "--send-timeout", "1s",
+                  "--push-gateway", pushgateway.url, host="runner-7f3a-concurrent-0")  # fmt: skip
+    if failed.returncode == 97:
+        pytest.skip("no UTS namespace can be made here")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert pushgateway.samples("synthetic_sla_smoke_success") == {group(): 0.0}
+    passed = once("--embedded", "--push-gateway", pushgateway.url, host="runner-c41d-concurrent-1")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert pushgateway.samples("synthetic_sla_smoke_success") == {group(): 1.0}
+    # One group on the Pushgateway, whose last push succeeded.
+    assert pushgateway.samples("push_time_seconds").keys() == {group()}
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["--push-gateway-job", "deploy", "--push-gateway-instance", "eu-west-1"],
+        {"SLA_PROBE_PUSH_GATEWAY_JOB": "deploy", "SLA_PROBE_PUSH_GATEWAY_INSTANCE": "eu-west-1"},
+    ],
+    ids=["flags", "environment"],
+)
+def test_job_and_instance_as_given(
+    pushgateway: Pushgateway, given: list[str] | dict[str, str]
+) -> None:
+    flags = given if isinstance(given, list) else []
+    env = given if isinstance(given, dict) else {}
+    done = once("--embedded", "--push-gateway", pushgateway.url, *flags, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    pushed = {group(instance="eu-west-1", job="deploy"): 1.0}
+    assert pushgateway.samples("synthetic_sla_smoke_success") == pushed
+
+
+def test_a_job_or_instance_without_a_push_gateway_is_a_config_error() -> None:
+    done = once("--embedded", env={"SLA_PROBE_PUSH_GATEWAY_INSTANCE": "eu-west-1"})
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "sla-probe: config error: once.push_gateway: instance given without url: the "
+        "Pushgateway to push to (--push-gateway URL, SLA_PROBE_PUSH_GATEWAY)"
+    )
 
 
 def test_a_failed_push_is_reported_and_leaves_a_passing_run_passing(tmp_path: Path) -> None:
@@ -200,22 +259,23 @@ def test_prometheus_scraping_the_pushgateway_tickets_a_failed_smoke_test(
             "static_configs": [{"targets": [f"127.0.0.1:{pushgateway.port}"]}],
         }],
     })  # fmt: skip
-    probe_id = f"smoke-{uuid.uuid4().hex[:6]}"
     alert = (
-        f'ALERTS{{alertname="SyntheticSlaSmokeTestFailed", alertstate="firing", '
-        f'instance="{probe_id}", job="synthetic-sla-smoke", target="kafka"}}'
+        'ALERTS{alertname="SyntheticSlaSmokeTestFailed", alertstate="firing", '
+        'instance="kafka", job="synthetic-sla-smoke", target="kafka"}'
     )
     try:
+        # Two CI jobs, two probe ids (their host names by default): one group.
         nowhere = f"127.0.0.1:{free_loopback_port()}"
-        failed = once("--bootstrap-servers", nowhere, "--probe-id", probe_id,
+        failed = once("--bootstrap-servers", nowhere, "--probe-id", "runner-1",
                       "--push-gateway", pushgateway.url, "--send-timeout", "1s")  # fmt: skip
         assert failed.returncode == 1
         wait_for(lambda: prometheus.value(alert) == 1, timeout=60, what="the ticket firing")
-        passed = once("--embedded", "--probe-id", probe_id, "--push-gateway", pushgateway.url)
+        passed = once("--embedded", "--probe-id", "runner-2", "--push-gateway", pushgateway.url)
         assert passed.returncode == 0, passed.stdout + passed.stderr
         wait_for(lambda: prometheus.value(alert) is None, timeout=60, what="the ticket resolved")
         stale = 'ALERTS{alertname="SyntheticSlaSmokeTestStale"}'
         assert prometheus.query(stale) == []
+        assert prometheus.value("count(synthetic_sla_smoke_success)") == 1
     finally:
         prometheus.process.terminate()
         prometheus.process.wait(30)

@@ -696,7 +696,10 @@ reconcile.enabled says: without the series, these rules are silent.
 The smoke test (`sla-probe once --push-gateway`: the chart's smokeTest CronJob, or a
 deploy pipeline): each run pushes every target's result to a Pushgateway, one group per
 (job, instance, target) that the next push replaces, and Prometheus scrapes it with
-honor_labels. Rendered whatever smokeTest.enabled says: a pipeline may push without the
+honor_labels. The instance is the same every run (the target's name unless given; the
+CronJob's <release>-smoke), so a run replaces the last one's result wherever it ran: a
+failed run's alert resolves with the next passing one, and no past run's group is left
+to go stale. Rendered whatever smokeTest.enabled says: a pipeline may push without the
 CronJob, and without the series these rules are silent. A Pushgateway that restarts
 without persistence forgets every group: neither alert can fire until a run pushes.
 */}}
@@ -720,8 +723,8 @@ without persistence forgets every group: neither alert can fire until a run push
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: {{ `{{ $labels.target }}: the last smoke test of {{ $labels.instance }} failed` | quote }}
-          description: {{ printf "The last smoke test (`sla-probe once`, pushed as job {{ $labels.job }}) that {{ $labels.instance }} ran against target {{ $labels.target }} failed, and no run has passed since (for %s): not every canary was delivered within the smoke test's freshness, or the run could not probe the target. A deploy pipeline gated on it should not promote. Canaries not delivered (stage, outcome): %s. The run's report (its output: for the chart's CronJob, the failed Job's log) names the failing partitions and the brokers that led them." .for $undelivered | quote }}
+          summary: {{ `{{ $labels.target }}: the last smoke test failed ({{ $labels.job }}/{{ $labels.instance }})` | quote }}
+          description: {{ printf "The last smoke test (`sla-probe once`) of target {{ $labels.target }}, pushed to the group of job {{ $labels.job }} and instance {{ $labels.instance }}, failed, and no run has passed since (for %s): not every canary was delivered within the smoke test's freshness, or the run could not probe the target. A deploy pipeline gated on it should not promote. Canaries not delivered (stage, outcome): %s. The run's report (its output: for the chart's CronJob, the failed Job's log) names the failing partitions and the brokers that led them." .for $undelivered | quote }}
           runbook_url: {{ printf "%s#syntheticslasmoketestfailed" $runbook }}
       {{- end }}
       {{- end }}
@@ -741,8 +744,8 @@ without persistence forgets every group: neither alert can fire until a run push
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: {{ `{{ $labels.target }}: no smoke test of {{ $labels.instance }} has pushed a result for {{ $value | humanizeDuration }}` | quote }}
-          description: {{ printf "No smoke test that {{ $labels.instance }} runs against target {{ $labels.target }} (job {{ $labels.job }}) has pushed a result for more than %d periods (%ds at one run every %ds): the CronJob is suspended or not scheduled, its runs are killed before they end, or their pushes to the Pushgateway fail. The result the Pushgateway still holds is that old; until a run pushes, a failing pipeline goes unnoticed by the smoke test." (int .periods) (int $staleAfter) (int $smoke.periodSeconds) | quote }}
+          summary: {{ `{{ $labels.target }}: no smoke test has pushed a result for {{ $value | humanizeDuration }} ({{ $labels.job }}/{{ $labels.instance }})` | quote }}
+          description: {{ printf "No smoke test of target {{ $labels.target }} has pushed a result to the group of job {{ $labels.job }} and instance {{ $labels.instance }} for more than %d periods (%ds at one run every %ds): the CronJob is suspended or not scheduled, its runs are killed before they end, or their pushes to the Pushgateway fail. The result the Pushgateway still holds is that old; until a run pushes, a failing pipeline goes unnoticed by the smoke test." (int .periods) (int $staleAfter) (int $smoke.periodSeconds) | quote }}
           runbook_url: {{ printf "%s#syntheticslasmoketeststale" $runbook }}
       {{- end }}
       {{- end }}
