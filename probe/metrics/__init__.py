@@ -24,7 +24,15 @@ from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import TypeVar, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import (
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+)
 
 from probe import tracing
 from probe.config import ProbeConfig, StageName
@@ -56,6 +64,7 @@ __all__ = [
     "good_seconds",
     "latency_buckets",
     "probe_version",
+    "served_registry",
     "service_metrics",
     "stale_after",
 ]
@@ -492,6 +501,20 @@ def probe_version() -> str:
         return "0+unknown"
 
 
+def served_registry() -> CollectorRegistry:
+    """A fresh registry for a service's /metrics: what every exporter has beside its own
+    series, the process's (``process_resident_memory_bytes`` against the pod's memory
+    limit, ``process_start_time_seconds``, CPU seconds, open file descriptors) and the
+    Python platform's (``python_info``). Tests that count the probe's own series build
+    a bare CollectorRegistry instead."""
+    registry = CollectorRegistry()
+    # The default registry's collectors read /proc and the interpreter at each scrape
+    # and hold no state: one instance serves every registry.
+    registry.register(PROCESS_COLLECTOR)
+    registry.register(PLATFORM_COLLECTOR)
+    return registry
+
+
 def service_metrics(
     config: ProbeConfig, *, sink: bool | None = None
 ) -> tuple[CollectorRegistry, ProbeMetrics]:
@@ -499,7 +522,7 @@ def service_metrics(
 
     ``sink``: whether the Spark sink stage runs (default: whether config.stages has it).
     """
-    registry = CollectorRegistry()
+    registry = served_registry()
     thresholds: tuple[float, ...] = (config.metrics.latency_threshold, config.judge.freshness)
     if StageName.SINK in config.stages if sink is None else sink:
         thresholds += (config.sink.freshness, config.sink.latency_threshold)

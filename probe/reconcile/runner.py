@@ -32,12 +32,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TextIO
 
-from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from probe.config import KafkaConfig, ProbeConfig, require_for_reconcile
 from probe.core.errors import ConfigError, ReconcileFailed, TransportError
-from probe.metrics import probe_version
+from probe.metrics import probe_version, served_registry
 from probe.reconcile.job import Plan, ReconcileJob, ReconcileSettings, plan_run
 from probe.reconcile.metrics import ReconcileMetrics
 from probe.reconcile.outcome import Reconciliation, Verdict, WindowStatus
@@ -309,7 +308,7 @@ async def serve_reconcile(
     every = config.reconcile.every
     assert every is not None
     stop = stop_on_signals(stop)
-    registry = CollectorRegistry()
+    registry = served_registry()
     metrics = ReconcileMetrics(registry, config.target)
     readiness = Readiness()
     status = StatusView(

@@ -164,6 +164,21 @@ def test_sigterm_stops_within_five_seconds(
     assert took < 5.0
 
 
+def test_metrics_carry_the_process_series_every_exporter_has(
+    broker: EmbeddedBroker, topic: str, key_file: Path, start_probe: Callable[..., RunningProbe]
+) -> None:
+    # What an SRE compares with the pod's limits and restarts: resident memory, start
+    # time, CPU, file descriptors, and the interpreter.
+    probe = start_probe(*run_args(broker.bootstrap_servers, topic, key_file))
+    wait_for(lambda: probe.canaries("delivered") >= 1, timeout=30, what="a delivered canary")
+    samples = probe.metrics()
+    assert sample(samples, "process_resident_memory_bytes") > 0
+    assert sample(samples, "process_start_time_seconds") > 0
+    assert sample(samples, "process_open_fds") > 0
+    assert sample(samples, "process_cpu_seconds_total") > 0
+    assert sample(samples, "python_info") == 1
+
+
 def test_run_refuses_to_start_without_a_key(broker: EmbeddedBroker, topic: str) -> None:
     result = subprocess.run(
         [SLA_PROBE, "run", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic],
