@@ -286,15 +286,17 @@ def test_recorded_three_broker_metadata_becomes_per_broker_series() -> None:
         ("2",): 2,
         ("3",): 3,
     }
-    assert _by(samples, "synthetic_sla_broker_info", "broker", "address") == {
-        ("1", "kafka-1.kafka.svc:9092"): 1,
-        ("2", "kafka-2.kafka.svc:9092"): 1,
-        ("3", "kafka-3.kafka.svc:9092"): 1,
+    assert _by(samples, "synthetic_sla_broker_info", "broker", "address", "listed") == {
+        ("1", "kafka-1.kafka.svc:9092", "true"): 1,
+        ("2", "kafka-2.kafka.svc:9092", "true"): 1,
+        ("3", "kafka-3.kafka.svc:9092", "true"): 1,
     }
-    # Partition 2 is offline: it has a problem, and no leader.
+    # Partition 2 is offline: it has a problem, and no leader; never seen led, it is
+    # named by its preferred leader (its first replica, 3), so a join still finds it.
     assert _by(samples, "synthetic_sla_partition_leader", "partition", "broker") == {
         ("0", "1"): 1,
         ("1", "2"): 1,
+        ("2", "3"): 1,
         ("3", "1"): 1,
         ("4", "2"): 1,
         ("5", "1"): 1,
@@ -380,7 +382,13 @@ def test_the_replica_series_follow_the_metadata_and_none_linger() -> None:
         ("2",): 0,
         ("3",): 2,
     }
-    assert _by(samples, "synthetic_sla_broker_info", "broker") == {("1",): 1, ("2",): 1}
+    # Broker 3 holds replicas: still named, as down, with its address unknown (never
+    # listed since this probe started).
+    assert _by(samples, "synthetic_sla_broker_info", "broker", "address", "listed") == {
+        ("1", "kafka-1:9092", "true"): 1,
+        ("2", "kafka-2:9092", "true"): 1,
+        ("3", "", "false"): 1,
+    }
     assert _by(samples, problems, "partition", "leader", "problem") == {
         ("0", "1", "under_replicated"): 1,
         ("1", "2", "under_replicated"): 1,
@@ -408,6 +416,23 @@ def test_the_replica_series_follow_the_metadata_and_none_linger() -> None:
         ("1", "3"): 1,
     }
 
+    # Broker 3 stops again, partition 1 (replicas on 3 alone now) goes offline: it is
+    # still named by the broker that led it last, and broker 3 by the address it had.
+    metrics.target_replicas(
+        "kafka", _topic(_p(0, 1, "12", "12"), _p(1, None, "3", "3"), brokers="12")
+    )
+    samples = _samples(registry)
+    assert _by(samples, "synthetic_sla_partition_leader", "partition", "broker") == {
+        ("0", "1"): 1,
+        ("1", "3"): 1,
+    }
+    assert (
+        _by(samples, "synthetic_sla_broker_info", "broker", "address", "listed")[
+            ("3", "kafka-3:9092", "false")
+        ]
+        == 1
+    )
+
     # Broker 2 is decommissioned, its replicas moved away: its info series is gone,
     # its gauges are 0 and its counters stay.
     metrics.produce_failed("kafka", ProduceFailure.TIMEOUT, broker=2)
@@ -415,7 +440,10 @@ def test_the_replica_series_follow_the_metadata_and_none_linger() -> None:
         "kafka", _topic(_p(0, 1, "13", "13"), _p(1, 3, "31", "31"), brokers="13")
     )
     samples = _samples(registry)
-    assert _by(samples, "synthetic_sla_broker_info", "broker") == {("1",): 1, ("3",): 1}
+    assert _by(samples, "synthetic_sla_broker_info", "broker", "listed") == {
+        ("1", "true"): 1,
+        ("3", "true"): 1,
+    }
     assert sample(samples, "synthetic_sla_broker_replicas_out_of_sync", broker="2") == 0
     assert sample(samples, "synthetic_sla_broker_leader_partitions", broker="2") == 0
     assert sample(samples, "synthetic_sla_broker_produce_errors_total", broker="2") == 1
@@ -442,8 +470,12 @@ def test_produce_errors_count_against_the_broker_that_led_the_partition() -> Non
 @pytest.mark.parametrize(
     ("mode", "leaders", "problems"),
     [
-        (PartitionSeries.ALL, {0: "1", 1: "2", 2: "1"}, {2: "under_replicated", 3: "offline"}),
-        (PartitionSeries.STALE, {1: "2", 2: "1"}, {2: "under_replicated", 3: "offline"}),
+        (
+            PartitionSeries.ALL,
+            {0: "1", 1: "2", 2: "1", 3: "2"},
+            {2: "under_replicated", 3: "offline"},
+        ),
+        (PartitionSeries.STALE, {1: "2", 2: "1", 3: "2"}, {2: "under_replicated", 3: "offline"}),
         (PartitionSeries.NONE, {}, {}),
     ],
 )
@@ -462,7 +494,7 @@ def test_leader_and_problem_series_follow_the_partition_series_setting(
         judge.watch(StreamKey("p1", "kafka", partition), 0)
     clock.now_ns = 100 * SECOND
     # 0: fresh and healthy; 1: stale and healthy; 2: fresh and under-replicated;
-    # 3: stale and offline (no leader to name).
+    # 3: stale and offline (named by its preferred leader, never seen led).
     for partition in (0, 2):
         canary = Canary("p1", 1, "kafka", partition, 0, produced_ns=90 * SECOND)
         judge.on_arrived(canary, 91 * SECOND)

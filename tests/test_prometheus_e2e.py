@@ -35,9 +35,11 @@ AVAILABILITY = 'target_stage:synthetic_sla_availability:ratio_rate5m{stage="cons
 # The runbooks' one-step join from a partition to its leader broker and that broker's address.
 PARTITION_TO_BROKER = """
 sort_desc(
-  synthetic_sla_partition_staleness_seconds{target="<target>",stage="<stage>"}
-  * on (target, partition) group_left (broker) synthetic_sla_partition_leader
-  * on (target, broker) group_left (address) synthetic_sla_broker_info
+  max by (target, stage, partition, broker, address) (
+    synthetic_sla_partition_staleness_seconds{target="<target>",stage="<stage>"}
+    * on (instance, target, partition) group_left (broker) synthetic_sla_partition_leader
+    * on (instance, target, broker) group_left (address) synthetic_sla_broker_info
+  )
 )
 """
 
@@ -61,6 +63,18 @@ class Prometheus:
         assert body["status"] == "success", body
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
+
+    def query_error(self, promql: str) -> str | None:
+        """Prometheus's reason for refusing the query, None when it answers."""
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": promql}
+        )
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return None
+        except urllib.error.HTTPError as error:
+            reason: str = json.loads(error.read())["error"]
+            return reason
 
     def value(self, promql: str) -> float | None:
         """The single sample's value, None while there is none."""
@@ -136,7 +150,7 @@ def start_prometheus(tmp_path: Path) -> Iterator[Callable[[int], Prometheus]]:
         prometheus.process.wait(10)
 
 
-def _dashboard_queries() -> list[str]:
+def dashboard_queries() -> list[str]:
     """Every dashboard query, with Grafana's variables as a user would have them."""
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {
@@ -182,7 +196,7 @@ def test_prometheus_measures_the_slo_of_a_running_probe(
 
     # Every dashboard query is valid PromQL against this Prometheus, and the panels
     # about the consumer stage have data.
-    for query in _dashboard_queries():
+    for query in dashboard_queries():
         prometheus.query(query)  # valid PromQL, data or not
         # The Spark stage, the group stage and reconciliation are not running here:
         # their panels have no data (the group stage's series reach a real Prometheus

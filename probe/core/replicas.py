@@ -182,6 +182,59 @@ def partition_problems(topic: TopicReplicas) -> tuple[PartitionProblem, ...]:
     return tuple(sorted(problems, key=lambda found: found.partition))
 
 
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """What earlier metadata refreshes said that the last one may not: each broker's
+    last known address (a stopped broker drops out of the metadata, and its address
+    with it) and each partition's last leader (an offline partition has none). So the
+    partition at fault and the broker behind it can still be named while that broker
+    is down, which is when the on-call asks.
+
+    >>> up = TopicReplicas({0: PartitionReplicas(0, 2, (1, 2), (1, 2))}, frozenset({1, 2}),
+    ...                    addresses={1: "kafka-1:9092", 2: "kafka-2:9092"})
+    >>> down = TopicReplicas({0: PartitionReplicas(0, None, (1, 2), (2,))}, frozenset({1}),
+    ...                      addresses={1: "kafka-1:9092"})
+    >>> seen = Remembered().after(up).after(down)
+    >>> seen.blamed(down, 0), seen.addresses[2], sorted(seen.brokers(down))
+    (2, 'kafka-2:9092', [1, 2])
+    >>> Remembered().blamed(down, 0)  # never seen led: its preferred leader
+    1
+    """
+
+    addresses: Mapping[int, str] = field(default_factory=dict)
+    leaders: Mapping[int, int] = field(default_factory=dict)
+
+    def after(self, topic: TopicReplicas) -> Remembered:
+        """What is remembered once ``topic`` is the last refresh (a partition that is
+        gone from the topic is forgotten)."""
+        leaders = {}
+        for number, partition in topic.partitions.items():
+            last = partition.leader if partition.leader is not None else self.leaders.get(number)
+            if last is not None:
+                leaders[number] = last
+        return Remembered({**self.addresses, **topic.addresses}, leaders)
+
+    def blamed(self, topic: TopicReplicas, partition: int) -> int | None:
+        """The broker to name for a partition: its leader now; offline, the broker that
+        led it last, else its preferred leader; None for a partition the topic lacks."""
+        found = topic.partitions.get(partition)
+        if found is None:
+            return None
+        if found.leader is not None:
+            return found.leader
+        last = self.leaders.get(partition)
+        if last is not None:
+            return last
+        return found.replicas[0] if found.replicas else None
+
+    def brokers(self, topic: TopicReplicas) -> frozenset[int]:
+        """Every broker the topic's metadata lists or that a partition names: a broker
+        that is down still holds its replicas and may be a partition's last leader."""
+        holding = {b for p in topic.partitions.values() for b in p.replicas}
+        led_last = {self.leaders[p] for p in topic.partitions if p in self.leaders}
+        return topic.brokers | holding | led_last
+
+
 class PartitionRecord(Protocol):
     """A partition's metadata as Kafka clients hold it (aiokafka's PartitionMetadata):
     a leader of -1 means none."""

@@ -6,6 +6,12 @@ metadata refresh (:class:`ReplicaCollector`), so a broker or a problem that is g
 from the metadata is gone from the next scrape. The per-partition ones follow the
 same setting as staleness, ``metrics.partition_series``: in ``stale`` mode a partition
 has a leader series while it is stale or in trouble, which is when a join needs it.
+
+A broker that is down stays in ``synthetic_sla_broker_info`` (``listed="false"``, with
+its last known address) and an offline partition keeps a leader series naming the
+broker that led it last (:class:`probe.core.replicas.Remembered`): the documented join
+from a stale partition to its broker and address must not drop the partition at fault
+while its broker is down.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Iterator
 from prometheus_client.core import InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from probe.core.replicas import TopicReplicas, partition_problems
+from probe.core.replicas import Remembered, TopicReplicas, partition_problems
 from probe.metrics.rendered import LinePrefixes, RenderedGauge
 from probe.metrics.staleness import PartitionSeries, StalenessCollector
 
@@ -24,9 +30,11 @@ class ReplicaCollector(Collector):
     """The canary topic's brokers and troubled partitions, rendered at scrape time from
     the last metadata refresh of each target (see the module doc).
 
-    ``synthetic_sla_broker_info``: every broker the metadata lists, with its address.
-    ``synthetic_sla_partition_leader``: each partition's leader (none while offline), so
-    that a per-partition series finds its broker in one join. As ``partition_series``
+    ``synthetic_sla_broker_info``: every broker the metadata lists (``listed="true"``)
+    or a canary partition names (``"false"``: down), with its last known address.
+    ``synthetic_sla_partition_leader``: each partition's leader, or while it is offline
+    the broker that led it last (else its preferred leader), so that a per-partition
+    series finds its broker in one join. As ``partition_series``
     says: every partition (all), those in replica trouble or stale in some stage now
     (stale: as the staleness collector says), or none.
     ``synthetic_sla_partition_replica_problem``: each troubled partition, once, under
@@ -39,28 +47,31 @@ class ReplicaCollector(Collector):
         # Each target's entry is replaced whole at a refresh: a scrape, on whatever
         # thread, reads one refresh or the next, never a mix (a TopicReplicas is never
         # changed once made).
-        self._topics: dict[str, TopicReplicas] = {}
+        self._topics: dict[str, tuple[TopicReplicas, Remembered]] = {}
         self._prefixes = LinePrefixes()
 
     def update(self, target: str, topic: TopicReplicas) -> None:
-        self._topics[target] = topic
+        _, remembered = self._topics.get(target, (topic, Remembered()))
+        self._topics[target] = (topic, remembered.after(topic))
 
     def leader_of(self, target: str, partition: int) -> int | None:
         """The partition's leader at the target's last refresh (None: unknown, offline)."""
-        topic = self._topics.get(target)
-        return None if topic is None else topic.leader_of(partition)
+        found = self._topics.get(target)
+        return None if found is None else found[0].leader_of(partition)
 
     def collect(self) -> Iterator[Metric]:
         brokers = InfoMetricFamily(
             "synthetic_sla_broker",
-            "Every broker the last metadata refresh listed, with its address (host:port). "
-            "A broker that is down is not listed.",
+            "Every broker the last metadata refresh listed (listed=true) or that holds a "
+            "canary replica or led a canary partition last (listed=false: down), with its "
+            "last known address (host:port).",
             labels=["target", "broker"],
         )
         leaders = RenderedGauge(
             "synthetic_sla_partition_leader",
-            "1 for the broker leading the partition now (an offline partition has none), "
-            "to join per-partition series to their broker. Which partitions have a "
+            "1 for the broker leading the partition now (an offline partition: the broker "
+            "that led it last, else its preferred leader), to join per-partition series "
+            "to their broker. Which partitions have a "
             "series: metrics.partition_series (all; stale: stale or in replica trouble; "
             "none).",
             labels=["target", "partition", "broker"],
@@ -73,10 +84,14 @@ class ReplicaCollector(Collector):
             labels=["target", "partition", "leader", "problem"],
         )
         mode = self._partition_series
-        for target, topic in sorted(self._topics.items()):
-            for broker in sorted(topic.brokers):
+        for target, (topic, remembered) in sorted(self._topics.items()):
+            for broker in sorted(remembered.brokers(topic)):
                 brokers.add_metric(
-                    [target, str(broker)], {"address": topic.addresses.get(broker, "")}
+                    [target, str(broker)],
+                    {
+                        "address": remembered.addresses.get(broker, ""),
+                        "listed": "true" if broker in topic.brokers else "false",
+                    },
                 )
             if mode is PartitionSeries.NONE:
                 continue
@@ -88,9 +103,9 @@ class ReplicaCollector(Collector):
             if mode is PartitionSeries.STALE:
                 shown = {t.partition for t in troubled} | self._staleness.stale_partitions(target)
             for number in sorted(topic.partitions if shown is None else shown):
-                leader_id = topic.leader_of(number)
-                if leader_id is not None:
-                    self._add(leaders, target, str(number), str(leader_id))
+                named = remembered.blamed(topic, number)
+                if named is not None:
+                    self._add(leaders, target, str(number), str(named))
         self._prefixes.trim(leaders.series() + problems.series())  # gone, or recovered
         yield brokers
         yield leaders

@@ -327,7 +327,7 @@ async def test_the_real_brokers_metadata_becomes_per_broker_series(
     assert value("synthetic_sla_broker_e2e_latency_seconds_count", **latency) == 8
     # The broker's address as its metadata advertises it, and who leads each partition.
     assert probe.replicas.addresses == {node: broker.bootstrap_servers}
-    address = {"broker": str(node), "address": broker.bootstrap_servers}
+    address = {"broker": str(node), "address": broker.bootstrap_servers, "listed": "true"}
     assert value("synthetic_sla_broker_info", **address) == 1
     for partition in range(4):
         assert (

@@ -594,7 +594,7 @@ whether the broker is in the metadata (up), and which brokers are out of sync.
       {{- $outOfSyncBrokers := `{{ range $i, $broker := sortByLabel "broker" (query (printf "max by (broker) (synthetic_sla_broker_replicas_out_of_sync{target=%q}) > 0" $labels.target)) }}{{ if $i }}, {{ end }}{{ $broker.Labels.broker }} ({{ $broker.Value | humanize }}){{ else }}none: the partitions have fewer replicas than min.insync.replicas, the topic's settings are at fault{{ end }}` }}
       {{- with $alerts.replicasUnderReplicated }}
       {{- if .enabled }}
-      {{- $brokerState := `{{ if query (printf "synthetic_sla_broker_info{target=%q,broker=%q}" $labels.target $labels.broker) }}The cluster metadata lists the broker: it is up, and its replicas do not keep up with their leaders (its disk or network, or the leaders').{{ else }}The cluster metadata no longer lists the broker: it is down or cut off from the cluster.{{ end }}` }}
+      {{- $brokerState := `{{ if query (printf "synthetic_sla_broker_info{target=%q,broker=%q,listed=\"true\"}" $labels.target $labels.broker) }}The cluster metadata lists the broker: it is up, and its replicas do not keep up with their leaders (its disk or network, or the leaders').{{ else }}The cluster metadata no longer lists the broker: it is down or cut off from the cluster.{{ end }}` }}
       # Per broker, so that `for` is how long one broker's replicas stay out of the ISR.
       # A rolling restart takes each broker out for a minute or two in turn, and the
       # next goes as the last rejoins, often between two metadata refreshes: the topic
