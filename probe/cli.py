@@ -209,6 +209,16 @@ def _web_config_file() -> Callable[[F], F]:
     )
 
 
+def _health_port() -> Callable[[F], F]:
+    return _option(
+        "health-port",
+        "metrics.health_port",
+        "A second port, plain HTTP, serving /healthz and /readyz only: for Kubernetes "
+        "probes when --web-config-file secures the metrics port (default: none).",
+        metavar="PORT",
+    )
+
+
 def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
     """The flags of the commands that produce canaries: `once` and `run`."""
 
@@ -442,6 +452,7 @@ def once(config_file: Path | None, json: bool | None, junit: Path | None, **flag
 @_metrics_port()
 @_metrics_host()
 @_web_config_file()
+@_health_port()
 @_option(
     "allow-ephemeral-key",
     "allow_ephemeral_key",
@@ -491,6 +502,7 @@ def run(config_file: Path | None, **flags: Any) -> None:
     _metrics_port(),
     _metrics_host(),
     _web_config_file(),
+    _health_port(),
 )
 def sink(config_file: Path | None, **flags: Any) -> None:
     """Run only the Spark sink stage and serve its metrics (e.g. under spark-submit).
@@ -605,6 +617,7 @@ def sink(config_file: Path | None, **flags: Any) -> None:
     _metrics_port(),
     _metrics_host(),
     _web_config_file(),
+    _health_port(),
     _option("json", None, "Print the result as JSON.", is_flag=True, flag_value=True),
 )
 def reconcile(

@@ -12,6 +12,13 @@ with client certificates and basic auth as that file says; ``run``, ``sink`` and
 status page is no exception: it names partitions, brokers and trace ids, as the
 metrics do, and is as private as they are.
 
+The kubelet has neither credentials nor a client certificate, so ``metrics.health_port``
+adds a second listener (:func:`build_health_app`), plain HTTP whatever the web config
+says, with ``/healthz`` and the same readiness on ``/readyz``: their statuses keep their
+meaning behind TLS and basic auth (a pod that cannot reach its brokers is live, not
+ready, and holds back a rollout). It answers nothing else, and ``/readyz`` there gives
+no reason: a reason may name a broker, which only the secured port tells.
+
 The page is rendered on the event loop, as ``/metrics`` is: a snapshot of bounded
 size (the stalest partitions are chosen in one pass) takes milliseconds at 10,000
 partitions (benchmarks/bench_status_page.py), less than a scrape.
@@ -54,6 +61,9 @@ log = logging.getLogger(__name__)
 
 Readiness = Callable[[], tuple[bool, str]]
 Status = Callable[[], StatusSnapshot]
+
+# The readiness an app's /readyz answers with: the health port answers with the same.
+READINESS: web.AppKey[Readiness] = web.AppKey("readiness")
 
 
 class _Families:
@@ -110,17 +120,38 @@ def build_app(
         body, content_type = exposition(registry, request.headers.get("Accept", ""))
         return web.Response(body=body, headers={"Content-Type": content_type})
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
     async def readyz(request: web.Request) -> web.Response:
         ready, reason = readiness()
         return web.Response(status=200 if ready else 503, text=f"{reason}\n")
 
     app = web.Application()
+    app[READINESS] = readiness
     app.router.add_get("/", page)
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+def build_health_app(readiness: Readiness) -> web.Application:
+    """The health port's app: ``/healthz``, and ``/readyz`` with the status of the main
+    port's but only ``ready`` or ``not ready`` for a reason (the kubelet shows none,
+    and anyone who can reach the port may ask)."""
+
+    async def readyz(request: web.Request) -> web.Response:
+        ready, _ = readiness()
+        if ready:
+            return web.Response(text="ready\n")
+        return web.Response(
+            status=503, text="not ready: the reason is on /readyz of the metrics port\n"
+        )
+
+    app = web.Application()
+    app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", readyz)
     return app
 
@@ -232,13 +263,20 @@ class MetricsServer:
     ``host`` and ``port`` are the ``metrics`` settings: when they cannot be listened
     on, :meth:`start` raises a ConfigError naming ``metrics.host`` or ``metrics.port``.
     ``web_config`` (``metrics.web_config_file``) adds TLS and basic auth to every path.
+    ``health_port`` (``metrics.health_port``) serves :func:`build_health_app` on
+    host:health_port too, plain HTTP, with the readiness of ``app`` (:func:`build_app`'s).
 
     >>> server = MetricsServer.from_settings(app, config.metrics)  # doctest: +SKIP
     >>> await server.start()  # doctest: +SKIP
     """
 
     def __init__(
-        self, app: web.Application, host: str, port: int, web_config: WebConfig | None = None
+        self,
+        app: web.Application,
+        host: str,
+        port: int,
+        web_config: WebConfig | None = None,
+        health_port: int | None = None,
     ) -> None:
         self._tls: _RotatingContext | None = None
         if web_config is not None:
@@ -254,38 +292,67 @@ class MetricsServer:
         self._host = host
         self._port = port
         self.port = port
+        self._health: tuple[web.AppRunner, int] | None = None
+        if health_port is not None:
+            runner = web.AppRunner(build_health_app(app[READINESS]), access_log=None)
+            self._health = (runner, health_port)
+        # The health port bound (None without one): known once started, as ``port``.
+        self.health_port = health_port
 
     @classmethod
     def from_settings(cls, app: web.Application, settings: MetricsConfig) -> MetricsServer:
-        """The server the ``metrics`` settings describe: address, TLS, basic auth."""
+        """The server the ``metrics`` settings describe: address, TLS, basic auth, and
+        the health port."""
         web_config = None
         if settings.web_config_file is not None:
             try:
                 web_config = read_web_config(settings.web_config_file)
             except WebConfigError as exc:
                 raise ConfigError("metrics.web_config_file", str(exc)) from exc
-        return cls(app, settings.host, settings.port, web_config)
+        return cls(app, settings.host, settings.port, web_config, settings.health_port)
 
     @property
     def scheme(self) -> str:
         return "http" if self._tls is None else "https"
 
     async def start(self) -> None:
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port, ssl_context=self._tls)
+        self.port = await _listen(self._runner, self._host, self._port, "metrics.port", self._tls)
+        if self._health is None:
+            return
+        runner, port = self._health
         try:
-            await site.start()
-        except OSError as exc:
+            self.health_port = await _listen(runner, self._host, port, "metrics.health_port", None)
+        except ConfigError:
             await self._runner.cleanup()
-            raise _listen_error(exc, self._host, self._port) from exc
-        # With port 0 the kernel picked the port: report the one actually bound.
-        self.port = int(self._runner.addresses[0][1])
+            raise
+        log.info(
+            "serving /healthz and /readyz on http://%s:%d (metrics.health_port)",
+            self._host,
+            self.health_port,
+        )
 
     async def stop(self) -> None:
         await self._runner.cleanup()
+        if self._health is not None:
+            await self._health[0].cleanup()
 
 
-def _listen_error(exc: OSError, host: str, port: int) -> ConfigError:
+async def _listen(
+    runner: web.AppRunner, host: str, port: int, setting: str, tls: ssl.SSLContext | None
+) -> int:
+    """Serve ``runner`` on host:port; the port bound (port 0: the one the kernel picked).
+    A ConfigError names the setting (``setting``, or ``metrics.host``) at fault."""
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=tls)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise _listen_error(exc, host, port, setting) from exc
+    return int(runner.addresses[0][1])
+
+
+def _listen_error(exc: OSError, host: str, port: int, setting: str) -> ConfigError:
     """Which setting keeps the server from listening, and why, in one line."""
     # A name that does not resolve, or an address this machine does not have, is the
     # host's fault; anything else (in use, a privileged port) the port's.
@@ -295,4 +362,4 @@ def _listen_error(exc: OSError, host: str, port: int) -> ConfigError:
     reason = os.strerror(exc.errno) if exc.errno is not None else str(exc)
     if exc.errno == errno.EADDRNOTAVAIL:
         return ConfigError("metrics.host", f"cannot listen on {host!r}: {reason}")
-    return ConfigError("metrics.port", f"cannot listen on {host}:{port}: {reason}")
+    return ConfigError(setting, f"cannot listen on {host}:{port}: {reason}")

@@ -237,8 +237,9 @@ WEB = _with(
 
 def test_the_web_config_secures_every_pod_and_the_scrape(tmp_path: Path) -> None:
     """webConfig.existingSecret: every pod that serves endpoints mounts it and is told
-    of it (metrics.web_config_file), the kubelet checks over HTTPS, and the
-    ServiceMonitor scrapes https with the TLS and basic-auth settings given."""
+    of it (metrics.web_config_file), the kubelet checks the health port over plain
+    HTTP, and the ServiceMonitor scrapes https with the TLS and basic-auth settings
+    given."""
     manifests = render(WEB)
     for manifest in manifests:
         validate(manifest)
@@ -251,8 +252,13 @@ def test_the_web_config_secures_every_pod_and_the_scrape(tmp_path: Path) -> None
         container = pod["containers"][0]
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
         assert mounts["web"] == "/etc/sla-probe/web", name
+        assert {"name": "health", "containerPort": 9465, "protocol": "TCP"} in container["ports"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["SLA_PROBE_HEALTH_PORT"] == "9465", name
         for check in ("livenessProbe", "readinessProbe"):
-            assert container[check]["httpGet"]["scheme"] == "HTTPS", (name, check)
+            assert container[check]["httpGet"]["port"] == "health", (name, check)
+            assert "scheme" not in container[check]["httpGet"], (name, check)
+    assert not [m for m in manifests if m["metadata"]["name"].endswith("-web")]  # yours
     for file in ("probe.yaml", "sink.yaml"):
         written = yaml.safe_load(_config_file(manifests, tmp_path, file).read_text())
         assert written["metrics"]["web_config_file"] == "/etc/sla-probe/web/web-config.yml"
@@ -262,17 +268,29 @@ def test_the_web_config_secures_every_pod_and_the_scrape(tmp_path: Path) -> None
     assert endpoint["basicAuth"] == WEB["serviceMonitor"]["basicAuth"]
 
 
-def test_with_basic_auth_the_kubelet_checks_tcp() -> None:
+def test_the_deprecated_kubelet_probes_setting_is_taken_and_ignored() -> None:
+    """`kubeletProbes: tcp` turned readiness into a TCP check that passed with the
+    brokers out of reach; values that still say so install, and the kubelet checks the
+    health port."""
     manifests = render(_with(WEB, webConfig={"kubeletProbes": "tcp"}))
     for name, pod in _pods(manifests):
         if name == "helm-test":
             continue
         container = pod["containers"][0]
         for check in ("livenessProbe", "readinessProbe"):
-            assert "httpGet" not in container[check], (name, check)
-            assert container[check]["tcpSocket"] == {"port": "metrics"}, (name, check)
-            validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                      "spec": {"containers": [container]}})  # fmt: skip
+            assert "tcpSocket" not in container[check], (name, check)
+            assert container[check]["httpGet"]["port"] == "health", (name, check)
+
+
+def test_the_health_port_must_not_be_the_metrics_port() -> None:
+    with pytest.raises(helm.HelmRenderError, match=r"webConfig\.healthPort: must differ"):
+        render(_with(WEB, webConfig={"healthPort": 9464}))
+
+
+def test_users_go_into_one_web_config_only() -> None:
+    users = {"prometheus": "$2b$04$5NPZ/bojXCQtlV.H6C5f8.JiGnN6.6r3tHYSIa73RI0eKT477H0Mq"}
+    with pytest.raises(helm.HelmRenderError, match=r"webConfig\.basicAuthUsers"):
+        render(_with(WEB, webConfig={"basicAuthUsers": users}))
 
 
 def test_without_a_web_config_nothing_changes() -> None:
@@ -283,3 +301,6 @@ def test_without_a_web_config_nothing_changes() -> None:
         container = pod["containers"][0]
         assert "web" not in {v["name"] for v in pod["volumes"]}
         assert "scheme" not in container["readinessProbe"]["httpGet"]
+        assert container["readinessProbe"]["httpGet"]["port"] == "metrics"
+        assert [p["name"] for p in container["ports"]] == ["metrics"]
+        assert "SLA_PROBE_HEALTH_PORT" not in {e["name"] for e in container["env"]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -305,3 +306,86 @@ async def test_a_certificate_rotated_on_disk_is_served_to_the_next_connection(
     served = (await asyncio.to_thread(client.get, "/healthz")).server_certificate
     assert served != first
     assert served == ssl.PEM_cert_to_DER_cert(renewed.certificate_pem)
+
+
+# --- The health port: what the kubelet checks behind TLS and basic auth ----------------
+
+
+async def test_the_health_port_answers_the_kubelet_and_nothing_else(
+    tls_files: dict[str, Path],
+) -> None:
+    state = (False, "metadata refresh failed: no broker of kafka-0.kafka:9093 answered")
+    app = build_app(CollectorRegistry(), lambda: state)
+    server = MetricsServer(app, "127.0.0.1", 0, mutual_tls(tls_files), health_port=0)
+    await server.start()
+    try:
+        assert server.health_port not in (None, 0, server.port)
+        assert server.health_port is not None
+        kubelet = EndpointClient(server.health_port)  # plain HTTP, no credentials
+        admitted = EndpointClient(
+            server.port, tls_files["ca"], user="prometheus", password=PASSWORD
+        )
+
+        healthz = await asyncio.to_thread(kubelet.get, "/healthz")
+        assert (healthz.status, healthz.body) == (200, "ok\n")
+        # Not ready on both ports; the reason, which names a broker, on the secured one only.
+        unready = await asyncio.to_thread(kubelet.get, "/readyz")
+        assert unready.status == 503
+        assert "kafka-0" not in unready.body
+        told = await asyncio.to_thread(admitted.get, "/readyz")
+        assert (told.status, told.body) == (503, f"{state[1]}\n")
+
+        state = (True, "ready")
+        assert (await asyncio.to_thread(kubelet.get, "/readyz")).status == 200
+        assert (await asyncio.to_thread(admitted.get, "/readyz")).status == 200
+
+        # The metrics and the status page stay behind the web config.
+        for path in ("/", "/metrics", "/anything"):
+            assert (await asyncio.to_thread(kubelet.get, path)).status == 404, path
+        anonymous = EndpointClient(server.port, ca_file=tls_files["ca"])
+        assert (await asyncio.to_thread(anonymous.get, "/healthz")).status == 401
+    finally:
+        await server.stop()
+
+
+async def test_a_health_port_it_cannot_listen_on_names_its_setting() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = int(holder.getsockname()[1])
+        app = build_app(CollectorRegistry(), lambda: (True, "ready"))
+        server = MetricsServer(app, "127.0.0.1", 0, health_port=busy)
+        with pytest.raises(
+            ConfigError, match=rf"^metrics\.health_port: cannot listen on .*:{busy}"
+        ):
+            await server.start()
+    # The metrics port it had bound is given back.
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", server.port))
+
+
+def test_the_health_port_is_not_the_metrics_port() -> None:
+    with pytest.raises(ConfigError, match=r"^metrics\.health_port: must differ from metrics\.port"):
+        load(overrides={"metrics.port": "9464", "metrics.health_port": "9464"})
+    assert load(overrides={"metrics.health_port": "9465"}).metrics.health_port == 9465
+    assert load().metrics.health_port is None  # standalone: no second port unless asked
+
+
+@pytest.mark.parametrize("command", ["run", "sink"])
+def test_run_and_sink_take_the_health_port_from_the_environment(
+    command: str, tmp_path: Path, key_file: Path
+) -> None:
+    """SLA_PROBE_HEALTH_PORT, as the chart sets it: a busy one exits 2 naming it (before
+    Spark starts, for the sink), as a busy metrics port does."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = str(holder.getsockname()[1])
+        extra = ["--sink-path", str(tmp_path / "sink")] if command == "sink" else []
+        result = sla_probe(
+            command, *NO_BROKER, "--signing-key-file", str(key_file), *extra,
+            "--metrics-host", "127.0.0.1", "--metrics-port", "0",
+            env={"SLA_PROBE_HEALTH_PORT": busy},
+        )  # fmt: skip
+    line = assert_config_error(result, "metrics.health_port")
+    assert busy in line

@@ -1,7 +1,8 @@
 """What the probe serves and measures itself against: the ``metrics`` section (the
 /metrics endpoint, the latency threshold its histogram buckets sit on, which partition
-series to export, the web configuration that secures it) and the ``slo`` section (the
-objectives the status page measures the error budget against).
+series to export, the web configuration that secures it and the plain health port
+beside it) and the ``slo`` section (the objectives the status page measures the error
+budget against).
 
 The web configuration file is read at load, so a bad one exits 2 at start naming its
 field, not at the first scrape. The series themselves are defined in probe.metrics.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from probe.config.base import _Section
 from probe.config.durations import HOUR, Duration, _between
@@ -41,6 +42,19 @@ class MetricsConfig(_Section):
     # certificates and basic auth on every path served. Read here to fail at start
     # (exit 2) with the file's field named, not at the first scrape.
     web_config_file: Annotated[Path | None, AfterValidator(_readable_web_config)] = None
+    # A second port, plain HTTP whatever web_config_file says, serving /healthz and
+    # /readyz alone (no reasons, nothing that names a broker or partition): for the
+    # kubelet, which has no credentials, when the web config secures the main port.
+    # None: no second port (the main port's /healthz and /readyz are always there).
+    health_port: int | None = Field(default=None, ge=0, le=65535)
+
+    @field_validator("health_port")
+    @classmethod
+    def _health_port_of_its_own(cls, health_port: int | None, info: ValidationInfo) -> int | None:
+        # Port 0 asks the kernel for a free port, for each listener a different one.
+        if health_port and health_port == info.data.get("port"):
+            raise ValueError(f"must differ from metrics.port ({health_port})")
+        return health_port
 
 
 class SloConfig(_Section):

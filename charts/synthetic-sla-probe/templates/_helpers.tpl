@@ -116,7 +116,7 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- end -}}
 {{- include "synthetic-sla-probe.secretFiles" (dict "values" $values "config" $config) -}}
 {{- $metrics := dict "host" "0.0.0.0" "port" (int $values.service.port) "latency_threshold" $values.slo.latency.thresholdSeconds -}}
-{{- if $values.webConfig.existingSecret -}}
+{{- if include "synthetic-sla-probe.webConfigOn" .root -}}
 {{- $_ := set $metrics "web_config_file" (printf "/etc/sla-probe/web/%s" $values.webConfig.key) -}}
 {{- end -}}
 {{- $_ := set $config "metrics" (mergeOverwrite (dig "metrics" (dict) $config) $metrics) -}}
@@ -231,30 +231,93 @@ from starting, which says why, rather than the probe failing later on a missing 
 {{- $volumes = append $volumes (dict "name" (printf "%s-tls" $section) "secret" (dict "secretName" $secret.existingSecret "defaultMode" 256 "items" $items)) -}}
 {{- end -}}
 {{- end -}}
-{{- with .Values.webConfig.existingSecret -}}
-{{- $volumes = append $volumes (dict "name" "web" "secret" (dict "secretName" . "defaultMode" 256)) -}}
+{{- if include "synthetic-sla-probe.webConfigOn" . -}}
+{{- $volumes = append $volumes (dict "name" "web" "secret" (dict "secretName" (include "synthetic-sla-probe.webConfigSecretName" .) "defaultMode" 256)) -}}
+{{- end -}}
+{{- with .Values.webConfig.certificateSecret -}}
+{{- /* The whole Secret, no items: cert-manager's ca.crt too, for a web config of yours. */ -}}
+{{- $volumes = append $volumes (dict "name" "web-tls" "secret" (dict "secretName" . "defaultMode" 256)) -}}
 {{- end -}}
 {{- with $volumes }}{{ toYaml . }}{{ end -}}
 {{- end -}}
 
 {{/*
-A kubelet probe (.probe, livenessProbe or readinessProbe) of a pod serving the web
-config's endpoints: over HTTPS when they serve TLS, or a TCP check (kubeletProbes: tcp)
-when they require basic auth or client certificates, which the kubelet lacks.
+"true" when a web config secures the endpoints (metrics.web_config_file): yours
+(webConfig.existingSecret) or the chart's (webConfigFile). Empty otherwise.
+*/}}
+{{- define "synthetic-sla-probe.webConfigOn" -}}
+{{- with .Values.webConfig -}}
+{{- if or .existingSecret .certificateSecret .basicAuthUsers }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the endpoints serve TLS (the ServiceMonitor then scrapes https). */}}
+{{- define "synthetic-sla-probe.webTls" -}}
+{{- with .Values.webConfig -}}
+{{- if .existingSecret }}{{ if .tls }}true{{ end }}{{ else if .certificateSecret }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The web config the chart writes (empty when it is yours, existingSecret, or off): the
+certificate of webConfig.certificateSecret as mounted (secretVolumes), and the users of
+webConfig.basicAuthUsers.
+*/}}
+{{- define "synthetic-sla-probe.webConfigFile" -}}
+{{- $web := .Values.webConfig -}}
+{{- if and (not $web.existingSecret) (include "synthetic-sla-probe.webConfigOn" .) -}}
+{{- $file := dict -}}
+{{- if $web.certificateSecret -}}
+{{- $_ := set $file "tls_server_config" (dict "cert_file" "/etc/sla-probe/web-tls/tls.crt" "key_file" "/etc/sla-probe/web-tls/tls.key") -}}
+{{- end -}}
+{{- with $web.basicAuthUsers -}}
+{{- $_ := set $file "basic_auth_users" . -}}
+{{- end -}}
+{{- toYaml $file -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "synthetic-sla-probe.webConfigSecretName" -}}
+{{- .Values.webConfig.existingSecret | default (printf "%s-web" (include "synthetic-sla-probe.fullname" .)) -}}
+{{- end -}}
+
+{{/*
+A kubelet probe (.probe: livenessProbe, readinessProbe or startupProbe) of a pod
+serving the endpoints. With a web config on, an httpGet probe goes to the health port
+(healthPort below) over plain HTTP: the kubelet has no credentials and no client
+certificate, and /readyz there keeps its meaning (503 while the brokers are out of
+reach), which a TCP check would not.
 */}}
 {{- define "synthetic-sla-probe.kubeletProbe" -}}
 {{- $probe := deepCopy .probe -}}
-{{- $web := .root.Values.webConfig -}}
-{{- if and $web.existingSecret (hasKey $probe "httpGet") -}}
-{{- if eq $web.kubeletProbes "tcp" -}}
-{{- $port := $probe.httpGet.port -}}
-{{- $_ := unset $probe "httpGet" -}}
-{{- $_ := set $probe "tcpSocket" (dict "port" $port) -}}
-{{- else if $web.tls -}}
-{{- $_ := set $probe.httpGet "scheme" "HTTPS" -}}
-{{- end -}}
+{{- if and (include "synthetic-sla-probe.webConfigOn" .root) (hasKey $probe "httpGet") -}}
+{{- $_ := set $probe.httpGet "port" "health" -}}
+{{- $_ := unset $probe.httpGet "scheme" -}}
 {{- end -}}
 {{- toYaml $probe -}}
+{{- end -}}
+
+{{/*
+The health port of a pod serving the endpoints, with a web config on: its container
+port (.ports: "true") or its variable (metrics.health_port, from the environment so
+that an existingConfig gets it too). Empty without a web config.
+*/}}
+{{- define "synthetic-sla-probe.healthPort" -}}
+{{- $root := .root -}}
+{{- if include "synthetic-sla-probe.webConfigOn" $root -}}
+{{- $port := int $root.Values.webConfig.healthPort -}}
+{{- if eq $port (int $root.Values.service.port) -}}
+{{- fail (printf "webConfig.healthPort: must differ from service.port (%d), the metrics port" $port) -}}
+{{- end -}}
+{{- if .ports }}
+- name: health
+  containerPort: {{ $port }}
+  protocol: TCP
+{{- else }}
+- name: SLA_PROBE_HEALTH_PORT
+  value: {{ $port | quote }}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "synthetic-sla-probe.secretVolumeMounts" -}}
@@ -324,11 +387,14 @@ sink's tables and checkpoint.
 {{- end -}}
 
 {{- define "synthetic-sla-probe.configChecksum" -}}
-{{- if .Values.existingConfig.name -}}
-{{- list .Values.existingConfig .Values.signingKeys.keyRing | toJson | sha256sum -}}
-{{- else -}}
-{{- list (include "synthetic-sla-probe.configFile" .) .Values.signingKeys.keyRing | toJson | sha256sum -}}
+{{- $parts := list .Values.existingConfig .Values.signingKeys.keyRing -}}
+{{- if not .Values.existingConfig.name -}}
+{{- $parts = list (include "synthetic-sla-probe.configFile" .) .Values.signingKeys.keyRing -}}
 {{- end -}}
+{{- /* The web config is read at start too (appended only when the chart writes one, so
+that other releases' pods keep their checksum). */ -}}
+{{- with include "synthetic-sla-probe.webConfigFile" . }}{{ $parts = append $parts . }}{{ end -}}
+{{- $parts | toJson | sha256sum -}}
 {{- end -}}
 
 {{/* The Spark settings derived from spark.cores and spark.memory; the chart owns them. */}}
@@ -428,11 +494,12 @@ container's stderr keeps only the probe's JSON lines.
 {{- end -}}
 
 {{- define "synthetic-sla-probe.sinkConfigChecksum" -}}
-{{- if .Values.existingConfig.name -}}
-{{- list .Values.existingConfig .Values.signingKeys.keyRing | toJson | sha256sum -}}
-{{- else -}}
-{{- list (include "synthetic-sla-probe.sinkConfigFile" .) .Values.signingKeys.keyRing | toJson | sha256sum -}}
+{{- $parts := list .Values.existingConfig .Values.signingKeys.keyRing -}}
+{{- if not .Values.existingConfig.name -}}
+{{- $parts = list (include "synthetic-sla-probe.sinkConfigFile" .) .Values.signingKeys.keyRing -}}
 {{- end -}}
+{{- with include "synthetic-sla-probe.webConfigFile" . }}{{ $parts = append $parts . }}{{ end -}}
+{{- $parts | toJson | sha256sum -}}
 {{- end -}}
 
 {{/*
