@@ -383,16 +383,6 @@ def main() -> None:
     "per target; a failed push is reported and leaves the exit code as it is.",
     metavar="URL",
 )
-@_option("json", None, "Print the report as JSON.", is_flag=True, flag_value=True)
-@_option(
-    "junit",
-    None,
-    "Also write the report as JUnit XML to FILE (one case per target and stage, and "
-    "per failing partition), for a CI system to display.",
-    metavar="FILE",
-    type=click.Path(dir_okay=False, path_type=Path),
-)
-def once(config_file: Path | None, json: bool | None, junit: Path | None, **flags: Any) -> None:
 @_option(
     "push-gateway-job",
     "once.push_gateway.job",
@@ -406,6 +396,16 @@ def once(config_file: Path | None, json: bool | None, junit: Path | None, **flag
     "never the host name a CI job changes).",
     metavar="NAME",
 )
+@_option("json", None, "Print the report as JSON.", is_flag=True, flag_value=True)
+@_option(
+    "junit",
+    None,
+    "Also write the report as JUnit XML to FILE (one case per target and stage, and "
+    "per failing partition), for a CI system to display.",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+def once(config_file: Path | None, json: bool | None, junit: Path | None, **flags: Any) -> None:
     """Run a few rounds, wait for every canary's fate, report, exit 0 (ok) or 1.
 
     Kafka is probed at --bootstrap-servers, or with --embedded on a broker started
