@@ -1,24 +1,36 @@
-# Quickstart on a fresh Debian machine with Python 3.11+ and Java 17:
+# Quickstart on a stock Debian 12 machine with python3, make and Java 17
+# (openjdk-17-jre-headless), as root or a user with sudo; everything else is installed:
 #   make demo   set everything up, run `sla-probe once --embedded` (a broker started for it)
 #   make test   set everything up, run every test
+# .ci/stock-debian proves it on a clean Debian 12 root file system.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
-UV := $(PYTHON) -m uv
+# uv: the one on PATH when it reads uv.lock, else the pinned one .ci/toolchain.py fetches
+# from PyPI into ~/.cache/synthetic-sla-probe/ (SHA-256 checked), never `pip install`:
+# Debian's Python refuses that outside a venv (PEP 668). Looked up once per make run,
+# and only by a target that uses it.
+UV = $(eval UV := $(shell $(PYTHON) .ci/toolchain.py uv || echo uv-not-found))$(UV)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# What `make demo` needs of Debian beyond python3 and Java: the CA certificates the
+# toolchain's downloads check PyPI's and the Go proxy's certificates with (a path: a
+# user's PATH has no /usr/sbin).
+DEMO_DEBIAN_PACKAGES := ca-certificates:/usr/sbin/update-ca-certificates
 # Debian packages the tests run for real: promtool and Prometheus, Mosquitto and its
 # own client (an MQTT client independent of the probe's, for hostile records),
 # Alertmanager (the documented inhibition of the SLO alerts), libfaketime (a
 # producing probe whose clock runs ahead, in the producer-clock-skew game day), and
 # Maven (Apache Kafka's jars and Spark's Kafka connector from Maven Central, `make kafka`,
-# `make spark-kafka`), the Pushgateway (`once --push-gateway`) and Chromium (the status
-# page, rendered headless).
-DEBIAN_PACKAGES := prometheus:promtool mosquitto:mosquitto mosquitto-clients:mosquitto_pub \
+# `make spark-kafka`), the Pushgateway (`once --push-gateway`), Chromium (the status
+# page, rendered headless) and openssl (the test CAs of Mosquitto's and Kafka's TLS
+# tests). Each as package:command, installed when the command is missing.
+DEBIAN_PACKAGES := $(DEMO_DEBIAN_PACKAGES) openssl:openssl \
+  prometheus:promtool mosquitto:mosquitto mosquitto-clients:mosquitto_pub \
   prometheus-alertmanager:prometheus-alertmanager faketime:faketime maven:mvn \
   prometheus-pushgateway:prometheus-pushgateway chromium:chromium
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test setup system-deps python-deps demo-deps uv kafka spark-kafka junit-schema \
+.PHONY: demo test setup system-deps demo-system-deps python-deps demo-deps uv kafka spark-kafka junit-schema \
   sloth lint docs bench lock rules slo-specs dashboard reference gameday detection-table clean
 
 demo: demo-deps
@@ -52,21 +64,32 @@ junit-schema: python-deps
 # source (github.com/slok/sloth/cmd/sloth, pinned in tests/sloth.py) with `go install`
 # into ~/.cache/synthetic-sla-probe/bin, its CRD beside it, once: skipped when the binary
 # there was built from the pinned version. Go from PATH, else /usr/local/go/bin/go. A cold
-# build takes 6 to 8 minutes on two cores (Go's build cache: seconds).
+# build takes 6 to 8 minutes on two cores (Go's build cache: seconds). Sloth needs Go
+# 1.26 (Debian 12's golang is 1.19): the go on PATH or /usr/local/go/bin/go when recent
+# enough, else the pinned toolchain .ci/toolchain.py fetches from the Go module proxy
+# into ~/.cache/synthetic-sla-probe/ (SHA-256 checked), put first on PATH here.
 sloth: python-deps
-	$(VENV)/bin/python -m tests.sloth install
+	@go=$$($(PYTHON) .ci/toolchain.py go) && \
+	PATH="$${go%/go}:$$PATH" $(VENV)/bin/python -m tests.sloth install
 
 # Installs a Debian package only when its command is missing.
+define install-missing
+@missing=""; \
+for pair in $(1); do \
+  command -v "$${pair#*:}" >/dev/null 2>&1 || missing="$$missing $${pair%%:*}"; \
+done; \
+if [ -n "$$missing" ]; then \
+  echo "installing Debian packages:$$missing"; \
+  $(SUDO) apt-get update -qq && \
+  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+fi
+endef
+
 system-deps:
-	@missing=""; \
-	for pair in $(DEBIAN_PACKAGES); do \
-	  command -v "$${pair#*:}" >/dev/null 2>&1 || missing="$$missing $${pair%%:*}"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	fi
+	$(call install-missing,$(DEBIAN_PACKAGES))
+
+demo-system-deps:
+	$(call install-missing,$(DEMO_DEBIAN_PACKAGES))
 
 # Every Python package comes from uv.lock, exactly. `uv sync` makes the venv match
 # what is asked, so after `make demo` the next `make test` adds the dev group back.
@@ -82,8 +105,8 @@ demo-deps: uv
 	$(UV) sync --frozen --no-dev --extra spark --compile-bytecode --python $(PYTHON)
 	$(VENV)/bin/python -m compileall -q probe
 
-uv:
-	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+uv: demo-system-deps
+	@$(UV) --version
 
 lint: python-deps
 	$(VENV)/bin/ruff check .
