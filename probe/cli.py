@@ -219,8 +219,47 @@ def _health_port() -> Callable[[F], F]:
     )
 
 
-def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
-    """The flags of the commands that produce canaries: `once` and `run`."""
+# The help of the topic management's flags, by the section holding their settings.
+_TOPIC_MANAGEMENT_HELP = {
+    "kafka": (
+        "Manage the topic: create it if missing, every broker leading a partition (the default).",
+        "Do not create or administer the topic (it must exist).",
+        "Let topic management move the canary topic's leaders so that every broker leads "
+        "one (partition reassignment, leader elections: Alter on the cluster; the default).",
+        "Topic management without moving leaders: no partition reassignment or leader "
+        "election (which need Alter on the cluster).",
+    ),
+    "once": (
+        "Manage the topic for this run: create it if missing, every broker leading a "
+        "partition (off by default: a smoke test only writes and reads canaries).",
+        "Do not create or administer the topic: it must exist (the default).",
+        "With --create-topic, also move the canary topic's leaders so that every broker "
+        "leads one (partition reassignment, leader elections: Alter on the cluster).",
+        "Never move a leader (the default).",
+    ),
+}
+
+
+def _topic_management(section: str) -> list[Callable[[F], F]]:
+    """Whether the probe manages the canary topic: ``run``'s kafka.create_topic and
+    kafka.move_leaders (on by default), or ``once``'s once.create_topic and
+    once.move_leaders (off unless asked: a smoke test changes nothing on the cluster)."""
+    create, no_create, move, no_move = _TOPIC_MANAGEMENT_HELP[section]
+    return [
+        _option("create-topic", f"{section}.create_topic", create, is_flag=True, flag_value=True),
+        _option(
+            "no-create-topic", f"{section}.create_topic", no_create, is_flag=True, flag_value=False
+        ),
+        _option("move-leaders", f"{section}.move_leaders", move, is_flag=True, flag_value=True),
+        _option(
+            "no-move-leaders", f"{section}.move_leaders", no_move, is_flag=True, flag_value=False
+        ),
+    ]
+
+
+def _common(interval_path: str, interval_help: str, *, section: str) -> Callable[[F], F]:
+    """The flags of the commands that produce canaries: `once` and `run`. ``section``
+    holds their settings that differ between the two (the topic management's)."""
 
     def decorate(command: F) -> F:
         options = [
@@ -247,29 +286,7 @@ def _common(interval_path: str, interval_help: str) -> Callable[[F], F]:
             _option(
                 "send-timeout", "kafka.send_timeout", "Produce acknowledgement timeout (100ms..5m)."
             ),
-            _option(
-                "create-topic",
-                "kafka.create_topic",
-                "Manage the topic: create it if missing, every broker leading a partition "
-                "(the default).",
-                is_flag=True,
-                flag_value=True,
-            ),
-            _option(
-                "no-create-topic",
-                "kafka.create_topic",
-                "Do not create or administer the topic (it must exist).",
-                is_flag=True,
-                flag_value=False,
-            ),
-            _option(
-                "no-move-leaders",
-                "kafka.move_leaders",
-                "Topic management without moving leaders: no partition reassignment or "
-                "leader election (which need Alter on the cluster).",
-                is_flag=True,
-                flag_value=False,
-            ),
+            *_topic_management(section),
             _option(
                 "idempotence",
                 "kafka.idempotence",
@@ -366,7 +383,7 @@ def main() -> None:
 
 
 @main.command()
-@_common("once.interval", "Time between rounds, 100ms..5m (default 1s).")
+@_common("once.interval", "Time between rounds, 100ms..5m (default 1s).", section="once")
 @_option("rounds", "once.rounds", "Rounds to produce (default 3).", metavar="N")
 @_option(
     "embedded",
@@ -448,7 +465,7 @@ def once(config_file: Path | None, json: bool | None, junit: Path | None, **flag
 
 
 @main.command()
-@_common("interval", "Time between rounds, 1s..1h (default 20s).")
+@_common("interval", "Time between rounds, 1s..1h (default 20s).", section="kafka")
 @_metrics_port()
 @_metrics_host()
 @_web_config_file()

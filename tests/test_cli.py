@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from probe import cli
+from probe.config import ProbeConfig
 from tests.conftest import SLA_PROBE
 
 # A config error is found before any broker is contacted: well within this.
@@ -272,6 +273,14 @@ def test_once_help_lists_every_exit_code() -> None:
         assert code in text
 
 
+def _loaded(command_name: str, *args: str) -> ProbeConfig:
+    """The config a command would run with, from its flags and the environment."""
+    command = cli.main.commands[command_name]  # type: ignore[attr-defined]
+    with command.make_context(command_name, ["--bootstrap-servers", "kafka-0:9092", *args]) as ctx:
+        flags = {k: v for k, v in ctx.params.items() if k not in {"config_file", "json", "junit"}}
+        return cli._load(None, flags)
+
+
 @pytest.mark.parametrize(("value", "managed"), [("true", False), ("1", False), ("false", True)])
 def test_a_negative_flags_variable_says_whether_the_flag_is_given(
     value: str, managed: bool, monkeypatch: pytest.MonkeyPatch
@@ -280,9 +289,33 @@ def test_a_negative_flags_variable_says_whether_the_flag_is_given(
     variable is the flag; click would have taken its truth for the setting's value."""
     monkeypatch.setenv("SLA_PROBE_NO_CREATE_TOPIC", value)
     monkeypatch.setenv("SLA_PROBE_NO_MOVE_LEADERS", value)
-    command = cli.main.commands["once"]  # type: ignore[attr-defined]
-    with command.make_context("once", ["--bootstrap-servers", "kafka-0:9092"]) as ctx:
-        flags = {k: v for k, v in ctx.params.items() if k not in {"config_file", "json", "junit"}}
-        config = cli._load(None, flags)
+    config = _loaded("run")
     assert config.kafka.create_topic is managed
     assert config.kafka.move_leaders is managed
+
+
+def test_once_manages_the_topic_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` manages the topic by default (kafka.create_topic, kafka.move_leaders); `once`,
+    a smoke test that may run against production, only when asked (once.create_topic,
+    once.move_leaders), by flag or variable."""
+    once = _loaded("once").once
+    assert (once.create_topic, once.move_leaders) == (False, False)
+    once = _loaded("once", "--create-topic").once
+    assert (once.create_topic, once.move_leaders) == (True, False)
+    monkeypatch.setenv("SLA_PROBE_CREATE_TOPIC", "true")
+    monkeypatch.setenv("SLA_PROBE_MOVE_LEADERS", "true")
+    once = _loaded("once").once
+    assert (once.create_topic, once.move_leaders) == (True, True)
+    # The same flags for `run` set kafka's settings.
+    monkeypatch.delenv("SLA_PROBE_CREATE_TOPIC")
+    monkeypatch.delenv("SLA_PROBE_MOVE_LEADERS")
+    run = _loaded("run", "--no-create-topic")
+    assert (run.kafka.create_topic, run.once.create_topic) == (False, False)
+
+
+def test_once_moves_leaders_only_managing_the_topic() -> None:
+    line = assert_config_error(
+        sla_probe("once", "--bootstrap-servers", "kafka-0:9092", "--move-leaders"),
+        "once.move_leaders",
+    )
+    assert "needs once.create_topic (--create-topic)" in line

@@ -1,9 +1,13 @@
 """The ``once`` section: the smoke test's rounds and deadlines, the embedded broker it may
-start on request, and the Pushgateway it may push its result to.
+start on request, whether it may manage the topic, and the Pushgateway it may push its
+result to.
 
 The embedded broker is never a default: a deploy pipeline whose broker setting went
 missing must fail (probe.config.require_for_once), not pass against a broker that
-proves nothing about its pipeline.
+proves nothing about its pipeline. Nor is topic management: a smoke test against
+production writes and reads canaries, and changes nothing else on the cluster unless
+asked (once.create_topic, once.move_leaders), whatever kafka.create_topic says for
+``run``.
 """
 
 from __future__ import annotations
@@ -96,6 +100,14 @@ class OnceConfig(_Section):
     # deploy pipeline whose broker setting went missing must fail, not pass against a
     # broker that proves nothing about its pipeline.
     embedded: bool = False
+    # Topic management for this run, off unless asked: a smoke test against production
+    # writes and reads canaries and must not create a topic or move a leader. In place
+    # of kafka.create_topic and kafka.move_leaders, which are `run`'s (a config file
+    # shared with the running probe turns them on). The embedded broker's topic is
+    # created whatever this says: nobody else makes it.
+    create_topic: bool = False
+    # Needs create_topic: moving the canary topic's leaders is part of managing it.
+    move_leaders: bool = False
     # Push the result to a Pushgateway (a deploy pipeline's or a CronJob's smoke test).
     push_gateway: PushGatewayConfig | None = None
 
@@ -111,3 +123,13 @@ class OnceConfig(_Section):
                 "(--push-gateway URL, SLA_PROBE_PUSH_GATEWAY)"
             )
         return push
+
+    @field_validator("move_leaders")
+    @classmethod
+    def _moving_leaders_manages_the_topic(cls, move: bool, info: ValidationInfo) -> bool:
+        if move and not info.data.get("create_topic"):
+            raise ValueError(
+                "needs once.create_topic (--create-topic): moving the canary topic's "
+                "leaders is part of managing the topic"
+            )
+        return move

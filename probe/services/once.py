@@ -1,7 +1,9 @@
 """`sla-probe once`: a few quick rounds, every canary's fate, a report and an exit code.
 
 It probes the configured targets (``targets``, by default those whose broker is
-given) at the same time and reports on each. With ``once.embedded`` (``--embedded``),
+given) at the same time and reports on each. It writes and reads canaries and changes
+nothing else on the cluster: it creates the topic or moves its leaders only when asked
+(``once.create_topic``, ``once.move_leaders``). With ``once.embedded`` (``--embedded``),
 and only then, the Kafka target runs on the embedded broker, started on a free
 loopback port with the topic created and stopped afterwards, so one command shows the
 whole probe working on a machine with nothing else running. Without it a Kafka target
@@ -48,14 +50,18 @@ EXIT_SIGNAL_BASE = 128
 
 @contextlib.contextmanager
 def broker_for(config: ProbeConfig) -> Iterator[ProbeConfig]:
-    """The config to probe with: as given, or, with once.embedded, pointed at a fresh
-    embedded broker."""
-    if not config.once.embedded or TargetKind.KAFKA not in config.targets:
-        yield config
+    """The config to probe with: the topic managed only as once.create_topic and
+    once.move_leaders ask (kafka.create_topic and kafka.move_leaders are `run`'s), on
+    the brokers given, or, with once.embedded, on a fresh embedded broker whose topic
+    it creates (nobody else will)."""
+    once = config.once
+    managed = {"create_topic": once.create_topic, "move_leaders": once.move_leaders}
+    if not once.embedded or TargetKind.KAFKA not in config.targets:
+        yield config.model_copy(update={"kafka": config.kafka.model_copy(update=managed)})
         return
     with EmbeddedBroker() as broker:
         kafka = config.kafka.model_copy(
-            update={"bootstrap_servers": broker.bootstrap_servers, "create_topic": True}
+            update={**managed, "bootstrap_servers": broker.bootstrap_servers, "create_topic": True}
         )
         yield config.model_copy(update={"kafka": kafka})
 

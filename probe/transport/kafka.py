@@ -308,9 +308,10 @@ class KafkaTransport:
 
     async def provision(self) -> None:
         if not self._config.create_topic:
+            # The flag, not a setting: it is once.create_topic for `once` (off unless
+            # asked) and kafka.create_topic for `run`, and this does not know which.
             raise TransportError(
-                f"{self.describe([])}: create it, or let the probe create it "
-                "(drop --no-create-topic, kafka.create_topic: true)"
+                f"{self.describe([])}: create it, or let the probe create it (--create-topic)"
             )
         await self.ensure_topic(self._config.partitions, self._config.replication_factor)
 

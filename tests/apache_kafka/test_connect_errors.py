@@ -230,7 +230,7 @@ def once(*args: str, config: dict[str, Any], tmp_path: Path) -> subprocess.Compl
     path.write_text(yaml.safe_dump(config))
     return subprocess.run(
         [SLA_PROBE, "once", "--config", str(path), "--topic", f"sla-{uuid.uuid4().hex[:8]}",
-         "--probe-id", "probe-under-test", *args],
+         "--create-topic", "--probe-id", "probe-under-test", *args],
         check=False, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 

@@ -41,7 +41,7 @@ def test_once_judges_the_group_stage_and_commits_every_offset_it_read(
     servers = kafka_cluster.bootstrap_servers
     done = subprocess.run(
         [SLA_PROBE, "once", "--bootstrap-servers", servers, "--topic", topic, "--json",
-         "--stages", "consumer,group", "--group-id", f"{topic}-smoke"],
+         "--create-topic", "--stages", "consumer,group", "--group-id", f"{topic}-smoke"],
         check=False, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
 

@@ -31,7 +31,7 @@ from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, target_rep
 def once(cluster: KafkaCluster, topic: str, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [SLA_PROBE, "once", "--bootstrap-servers", cluster.bootstrap_servers, "--topic", topic,
-         "--json", *flags],
+         "--json", "--create-topic", "--move-leaders", *flags],
         check=False, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
 

@@ -56,7 +56,7 @@ def test_once_passes_with_the_password_from(
     assert PASSWORD not in config.read_text()
     done = subprocess.run(
         [SLA_PROBE, "once", "--config", str(config), "--topic", f"sla-{uuid.uuid4().hex[:8]}",
-         "--probe-id", "probe-under-test", "--log-level", "debug"],
+         "--create-topic", "--probe-id", "probe-under-test", "--log-level", "debug"],
         env=env, check=False, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

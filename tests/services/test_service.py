@@ -244,17 +244,17 @@ def test_once_exits_one_when_the_broker_is_unreachable(topic: str) -> None:
 def test_once_on_a_missing_topic_says_why_and_how_to_fix_it(
     broker: EmbeddedBroker, topic: str
 ) -> None:
+    # No flag: a smoke test never creates the topic unless asked.
     result = subprocess.run(
         [SLA_PROBE, "once", "--json", "--bootstrap-servers", broker.bootstrap_servers,
-         "--topic", topic, "--no-create-topic"],
+         "--topic", topic],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 1
     report = target_report(result.stdout)
     assert report["ok"] is False
     assert report["error"] == (
-        f"topic {topic} not found: create it, or let the probe create it "
-        "(drop --no-create-topic, kafka.create_topic: true)"
+        f"topic {topic} not found: create it, or let the probe create it (--create-topic)"
     )
     table = subprocess.run(
         [SLA_PROBE, "once", "--bootstrap-servers", broker.bootstrap_servers, "--topic", topic,
@@ -263,6 +263,36 @@ def test_once_on_a_missing_topic_says_why_and_how_to_fix_it(
     )  # fmt: skip
     assert f"error: topic {topic} not found: create it" in table.stdout
     assert table.stdout.rstrip().endswith("result: FAIL")
+
+
+def test_once_creates_the_topic_only_when_asked(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """The running probe's config turns topic management on (kafka.create_topic,
+    kafka.move_leaders): `once` with that same file, as a pipeline's smoke test against
+    production would be, still leaves the topic alone; asked (--create-topic, or its
+    variable), it creates it and passes."""
+    config = tmp_path / "probe.yaml"
+    config.write_text(
+        f"kafka:\n  bootstrap_servers: {broker.bootstrap_servers}\n  topic: {topic}\n"
+        "  create_topic: true\n  move_leaders: true\n"
+    )
+    once = [SLA_PROBE, "once", "--json", "--config", str(config)]
+    untouched = subprocess.run(once, capture_output=True, text=True, timeout=120, check=False)
+    assert untouched.returncode == 1, untouched.stdout + untouched.stderr
+    assert target_report(untouched.stdout)["error"] == (
+        f"topic {topic} not found: create it, or let the probe create it (--create-topic)"
+    )
+    asked = subprocess.run(
+        once,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "SLA_PROBE_CREATE_TOPIC": "true"},
+    )
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert target_report(asked.stdout)["stages"]["consumer"]["outcomes"]["delivered"] > 0
 
 
 def _children(pid: int) -> set[int]:
