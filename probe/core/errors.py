@@ -88,11 +88,13 @@ class ConnectFailure(StrEnum):
 
 class ConnectFailed(TransportError):
     """No connection to the broker: ``str()`` is one line naming the cause and the
-    setting to change, ``reason`` its label value."""
+    setting to change, ``reason`` and ``broker`` its label values."""
 
-    def __init__(self, reason: ConnectFailure, message: str) -> None:
+    def __init__(self, reason: ConnectFailure, message: str, broker: str = "") -> None:
         super().__init__(message)
         self.reason = reason
+        # The broker it was: its id where known, else its address ("" if neither).
+        self.broker = broker
 
 
 class ProduceFailure(StrEnum):

@@ -238,9 +238,11 @@ class ProbeMetrics:
         )
         self.connect_errors = Counter(
             "synthetic_sla_connect_errors",
-            "Attempts to connect to the target's broker that failed, by reason (the "
-            "/readyz reason and the log say which setting to change).",
-            ["target", "reason"],
+            "Attempts to connect to the target's brokers that failed, by reason and "
+            "broker (its id where known, else its address; at start, and for a "
+            "connection lost mid-run and refused, about once a round), the /readyz "
+            "reason and the log say which setting to change.",
+            ["target", "reason", "broker"],
             registry=registry,
         )
         self.pending = Gauge(
@@ -352,7 +354,7 @@ class ProbeMetrics:
         for reason in ProduceFailure:
             self.produce_errors.labels(target, reason.value)
         for failure in ConnectFailure:
-            self.connect_errors.labels(target, failure.value)
+            self.connect_errors.labels(target, failure.value, "")
 
     def declare_stage(self, target: str, stage: str, judge: StalenessSource) -> None:
         """Create every series the SLO reads for this stage at zero, and export its staleness.
@@ -446,8 +448,9 @@ class ProbeMetrics:
     def reconnected(self, target: str) -> None:
         self.reconnects.labels(target).inc()
 
-    def connect_failed(self, target: str, reason: ConnectFailure) -> None:
-        self.connect_errors.labels(target, reason.value).inc()
+    def connect_failed(self, target: str, reason: ConnectFailure, broker: str = "") -> None:
+        """``broker``: its id where known, else its address ("" when neither is)."""
+        self.connect_errors.labels(target, reason.value, broker).inc()
 
     def target_replicas(self, target: str, topic: TopicReplicas) -> None:
         """The topic's replica state after a metadata refresh. Every broker listed, or

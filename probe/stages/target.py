@@ -173,7 +173,9 @@ class TargetProbe:
         log.warning("target %s: %s; retrying in %.1fs", self.target, self._reason, delay)
 
     async def _connect_once(self) -> None:
-        transport = TRANSPORTS[self.kind].transport(self.config, on_reconnect=self._count_reconnect)
+        transport = TRANSPORTS[self.kind].transport(
+            self.config, on_reconnect=self._count_reconnect, on_connect_failed=self._connect_failed
+        )
         try:
             await transport.start()
         except TransportError as exc:
@@ -264,8 +266,9 @@ class TargetProbe:
         return None if self.replicas is None else self.replicas.leader_of(partition)
 
     def _connect_failed(self, error: TransportError) -> None:
+        """A connection failed with a named cause: at start, or lost mid-run and refused."""
         if self._metrics is not None and isinstance(error, ConnectFailed):
-            self._metrics.connect_failed(self.target, error.reason)
+            self._metrics.connect_failed(self.target, error.reason, error.broker)
 
     def _count_reconnect(self) -> None:
         if self._metrics is not None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from probe.config import ProbeConfig, StageName, TargetKind
-from probe.core.errors import ProduceFailure
+from probe.core.errors import ConnectFailed, ProduceFailure
 from probe.core.leadership import LeaderPlan
 from probe.core.replicas import TopicReplicas
 
@@ -143,9 +143,17 @@ class TargetKindSpec(Protocol):
 
     def layout(self, config: ProbeConfig) -> TargetLayout: ...
 
-    def transport(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
+    def transport(
+        self,
+        config: ProbeConfig,
+        *,
+        on_reconnect: Callable[[], None],
+        on_connect_failed: Callable[[ConnectFailed], None],
+    ) -> Transport:
         """The transport of one target; ``on_reconnect`` is called after each reconnection
-        the transport makes by itself (for ``synthetic_sla_reconnects_total``)."""
+        the transport makes by itself (for ``synthetic_sla_reconnects_total``),
+        ``on_connect_failed`` with each cause it finds of a connection lost mid-run and
+        refused (for ``synthetic_sla_connect_errors_total``)."""
 
 
 # The client libraries are imported when a target of their kind is built, not when
@@ -169,11 +177,23 @@ class _Kafka:
             same_topic=frozenset(readers),
         )
 
-    def transport(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
-        # aiokafka reconnects inside its clients and does not tell: nothing to count.
+    def transport(
+        self,
+        config: ProbeConfig,
+        *,
+        on_reconnect: Callable[[], None],
+        on_connect_failed: Callable[[ConnectFailed], None],
+    ) -> Transport:
+        # aiokafka reconnects inside its clients and does not tell: no reconnection to
+        # count; a connection it cannot get back is diagnosed about once a round.
         from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
 
-        return KafkaTransport(config.kafka, hold=config.judge.loss_timeout)
+        return KafkaTransport(
+            config.kafka,
+            hold=config.judge.loss_timeout,
+            diagnose_every=config.interval,
+            on_connect_failed=on_connect_failed,
+        )
 
     def reader(self, config: ProbeConfig) -> Transport:
         """A transport that only reads a topic someone else fills (the bridge's)."""
@@ -205,7 +225,15 @@ class _Mqtt:
         stages = tuple(StageName(stage) for stage in mqtt.stages)
         return TargetLayout(mqtt.target, stages, mqtt.send_timeout, spacing, readers)
 
-    def transport(self, config: ProbeConfig, *, on_reconnect: Callable[[], None]) -> Transport:
+    def transport(
+        self,
+        config: ProbeConfig,
+        *,
+        on_reconnect: Callable[[], None],
+        on_connect_failed: Callable[[ConnectFailed], None],
+    ) -> Transport:
+        # The MQTT transport names a failed reconnection itself, and reads its password
+        # and TLS files at every connection attempt.
         from probe.transport.mqtt import MqttTransport  # noqa: PLC0415
 
         return MqttTransport(config.mqtt, probe_id=config.probe_id, on_reconnect=on_reconnect)

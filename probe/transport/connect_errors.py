@@ -106,8 +106,9 @@ class Diagnosis:
     reason: ConnectFailure
     message: str
 
-    def error(self) -> ConnectFailed:
-        return ConnectFailed(self.reason, self.message)
+    def error(self, broker: str = "") -> ConnectFailed:
+        """``broker``: the broker's id where known, else its address."""
+        return ConnectFailed(self.reason, self.message, broker)
 
 
 class Layer(Enum):

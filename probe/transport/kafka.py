@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,13 +57,24 @@ from aiokafka.errors import (
 )
 
 from probe.config import KafkaConfig
-from probe.core.errors import ProduceFailed, ProduceFailure, TransportError
+from probe.core.errors import ConnectFailed, ProduceFailed, ProduceFailure, TransportError
 from probe.core.leadership import LeaderPlan
 from probe.core.partition_summary import partitions_summary, ranges_summary
 from probe.core.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
-from probe.transport.kafka_client import connection_options, reason_for
-from probe.transport.kafka_connect_errors import start_or_say_why
+from probe.transport.connect_errors import shown
+from probe.transport.kafka_client import (
+    CredentialFiles,
+    connection_options,
+    give_credentials,
+    reason_for,
+)
+from probe.transport.kafka_connect_errors import (
+    DIAGNOSE_EVERY,
+    ConnectionWatch,
+    first_address,
+    start_or_say_why,
+)
 from probe.transport.kafka_denials import denial
 from probe.transport.kafka_lanes import LANES_AT_MOST, Lane, lane_target
 from probe.transport.kafka_leaders import (
@@ -85,6 +96,10 @@ _PRODUCE_REASONS: tuple[tuple[type[BaseException], ProduceFailure], ...] = (
     (TopicAuthorizationFailedError, ProduceFailure.NOT_AUTHORIZED),
     (MessageSizeTooLargeError, ProduceFailure.TOO_LARGE),
 )
+
+
+# Writes that failed this way may have lost their leader's connection: diagnosed.
+_CONNECTION_LOST = frozenset({ProduceFailure.TIMEOUT, ProduceFailure.BROKER_UNAVAILABLE})
 
 
 def produce_failure_reason(exc: BaseException) -> ProduceFailure:
@@ -148,6 +163,11 @@ class KafkaTransport:
     topic), so that it reads only where a canary is on its way; a reader of a topic
     someone else fills (the bridge stage's) reads every partition all the time, as
     does one of a topic of at most ``follow_above`` partitions.
+
+    Connections lost mid-run and refused are diagnosed about once every
+    ``diagnose_every`` seconds and each cause found goes to ``on_connect_failed``
+    (kafka_connect_errors.ConnectionWatch); rotated credential files reach the
+    running clients at the next round (kafka_client.CredentialFiles).
     """
 
     messaging_system = "kafka"
@@ -163,13 +183,19 @@ class KafkaTransport:
         hold: float = 60.0,
         writes: bool = True,
         follow_above: int | None = None,
+        diagnose_every: float = DIAGNOSE_EVERY,
+        on_connect_failed: Callable[[ConnectFailed], None] = lambda _: None,
     ) -> None:
         if not config.bootstrap_servers:
             raise TransportError("kafka.bootstrap_servers is not set")
         self._config = config
         self._topic = config.topic
+        self._credentials = CredentialFiles(config)
         options = connection_options(config)
         self._options = options
+        self._watch = ConnectionWatch(
+            config, lambda: self._options, every=diagnose_every, on_failed=on_connect_failed
+        )
         self._producer = self._new_producer(options, idempotent=config.idempotence)
         # The first lane's consumer, which also looks offsets up for the others.
         self._consumer = self._new_consumer()
@@ -267,13 +293,20 @@ class KafkaTransport:
         await self._start_producer()
 
     async def partitions(self) -> list[int]:
+        self._renew_credentials()
         if self._renew_producer:
             await self._renewed_producer()
         client = self._producer.client
-        if not await _refreshed(client):
-            raise TransportError(
+        refreshed = await _refreshed(client)
+        if not refreshed:
+            host, port = first_address(self._config.bootstrap_servers or "")
+            failure = TransportError(
                 f"metadata refresh failed: no broker of {self._config.bootstrap_servers} answered"
             )
+            self._watch.suspect(_broker_at(client.cluster, host, port), (host, port), failure)
+        self._watch.look()
+        if not refreshed:
+            raise self._watch.problem or failure
         found = client.cluster.partitions_for_topic(self._topic)
         self._known = frozenset(found or ())
         if found:
@@ -284,6 +317,33 @@ class KafkaTransport:
             # has this name next is a new log.
             self._restarted = True
         return sorted(found) if found else []
+
+    def _renew_credentials(self) -> None:
+        """Give every client the rotated credentials, if a file changed (see
+        kafka_client's module doc)."""
+        renewed = self._credentials.renewed()
+        if renewed is None:
+            return
+        what, self._options = renewed
+        give_credentials(self._clients(), self._options, what)
+
+    def _clients(self) -> Iterator[Any]:
+        """aiokafka's clients under every producer, consumer and admin client running."""
+        yield self._producer.client
+        consumers = {id(lane.consumer): lane.consumer for lane in self._lanes.values()}
+        consumers[id(self._consumer)] = self._consumer
+        for consumer in consumers.values():
+            yield consumer._client
+        if self._admin is not None:
+            yield self._admin._client
+
+    def _lost(self, partition: int, failure: BaseException) -> None:
+        """A write failed for want of its leader: a connection to suspect."""
+        cluster = self._producer.client.cluster
+        leader = cluster.leader_for_partition(self._tp(partition))
+        broker = None if leader is None or leader < 0 else cluster.broker_metadata(leader)
+        if broker is not None:
+            self._watch.suspect(str(leader), (broker.host, broker.port), failure)
 
     async def _follow_leaders(self, fresh: Any) -> None:
         """Bring the reader's metadata up to date when a leader it reads from moved.
@@ -697,9 +757,12 @@ class KafkaTransport:
             if isinstance(exc, _PRODUCER_STATE_LOST):
                 self._renew_producer = True
             reason = produce_failure_reason(exc)
+            if reason in _CONNECTION_LOST:
+                self._lost(partition, exc)
             raise ProduceFailed(reason, denial(exc, "Write", self._config) or str(exc)) from exc
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             self._came_back(partition, payload)  # the producer's deadline passed, as above
+            self._lost(partition, exc)
             raise
         offset = getattr(metadata, "offset", None)
         if not (isinstance(offset, int) and offset >= 0):
@@ -910,8 +973,10 @@ class KafkaTransport:
             del self._awaited[partition]
 
     def read_problem(self) -> str | None:
-        """Why records cannot be read right now (the last fetch failed), or None."""
-        return self._read_problem
+        """Why records cannot be read right now (the last fetch failed, a broker
+        refuses the clients' connections), or None."""
+        problems = [p for p in (self._read_problem, self._watch.problem) if p is not None]
+        return "; ".join(map(str, problems)) or None
 
     def _note_read_problem(self, problem: str | None) -> None:
         # One line when reading starts failing and one when it works again, not one
@@ -942,6 +1007,7 @@ class KafkaTransport:
 
         if self._admin_lookup is not None:
             self._admin_lookup.cancel()
+        await self._watch.close()
         tasks = [lane.pump for lane in self._lanes.values() if lane.pump is not None]
         if self._opening is not None:
             tasks.append(self._opening)
@@ -976,6 +1042,15 @@ async def _refreshed(client: Any) -> bool:
     except (KafkaError, OSError, TimeoutError):
         return False
     return bool(await client.force_metadata_update())
+
+
+def _broker_at(cluster: Any, host: str, port: int) -> str:
+    """The id of the broker the metadata lists at this address, else the address: the
+    ``broker`` label of a connection failure (a few values, never one per attempt)."""
+    for broker in cluster.brokers():
+        if (broker.host, broker.port) == (host, port):
+            return str(broker.nodeId)
+    return shown(host, port)
 
 
 def _traceparent(headers: Sequence[tuple[str, bytes | None]] | None) -> str | None:

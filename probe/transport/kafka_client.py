@@ -1,17 +1,37 @@
 """How the probe's aiokafka clients (producer, consumer, admin client, and the
 connection that diagnoses a failed one) reach the brokers: addresses, timeouts, TLS
-and SASL, from the ``kafka`` section."""
+and SASL, from the ``kafka`` section; and how a rotated password or certificate
+reaches clients already running (:class:`CredentialFiles`).
+
+**Rotated credentials.** A Secret mounted as a directory is updated in place by the
+kubelet (a ``..data`` symlink swapped). Each transport looks at its credential files
+once a round (``stat`` only: probe.keyfile.look); when one changed it reads them all
+again and gives every client it runs the new password and TLS context. The clients
+are not rebuilt: a new consumer would throw away its positions and fetches in flight
+(a canary sent meanwhile judged lost), a new producer its batches and producer id.
+aiokafka takes the password and the TLS context from its client at each connection it
+opens, and the broker keeps a connection authenticated for as long as it stays open,
+so the clients' next connections (a broker restarted, a connection dropped) log in
+with the new ones.
+"""
 
 from __future__ import annotations
 
+import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
+from aiokafka.client import AIOKafkaClient
 from aiokafka.helpers import create_ssl_context
 
 from probe.config import KafkaConfig, TlsConfig
+from probe.core.credentials import Renewal, changed, credential_files, renewal
 from probe.core.errors import ConfigError
+from probe.keyfile import FileState, look
+
+log = logging.getLogger(__name__)
 
 
 def connection_options(config: KafkaConfig) -> dict[str, Any]:
@@ -21,10 +41,9 @@ def connection_options(config: KafkaConfig) -> dict[str, Any]:
         "client_id": config.client_id,
         "request_timeout_ms": int(config.send_timeout * 1000),
     }
-    # The SASL password (kafka.sasl.password_file) is read here, once per transport:
-    # at the probe's start, and again whenever a transport is made anew. aiokafka's
-    # own reconnections reuse it, so a rotated password reaches a running probe's
-    # clients when the probe restarts (the chart's rollout), not before.
+    # The SASL password (kafka.sasl.password_file) and the TLS files are read here:
+    # when a transport is made, and again when one of the files changed
+    # (CredentialFiles.renewed).
     security = config.security_options()
     tls = {name: security.pop(name) for name in list(security) if name.startswith("ssl_")}
     if config.tls is not None:
@@ -85,3 +104,60 @@ def reason_for(
         if isinstance(exc, kind):
             return reason
     return other
+
+
+class CredentialFiles:
+    """The files one transport's clients take their credentials from, and whether
+    they changed since the last look::
+
+        files = CredentialFiles(config)
+        if (renewed := files.renewed()) is not None:  # once a round
+            what, options = renewed
+            give_credentials(clients, options, what)
+
+    A changed file that cannot be used (half-written, a key that does not match its
+    certificate) changes nothing: the clients keep what they have, and one line says
+    why, once per change."""
+
+    def __init__(self, config: KafkaConfig) -> None:
+        self._config = config
+        self._files = {setting: Path(path) for setting, path in credential_files(config).items()}
+        self._seen = self._look()
+
+    def _look(self) -> dict[str, FileState | None]:
+        return {setting: look(path) for setting, path in self._files.items()}
+
+    def renewed(self) -> tuple[Renewal, dict[str, Any]] | None:
+        """What to renew and the clients' new options, when a file changed since the
+        last look and all of them can be used; None otherwise."""
+        if not self._files:
+            return None
+        now = self._look()
+        settings = changed(self._seen, now)
+        if not settings:
+            return None
+        self._seen = now
+        try:
+            options = connection_options(self._config)
+        except ConfigError as error:
+            log.warning(
+                "kafka credentials not renewed (%s changed), the clients keep theirs: %s",
+                ", ".join(settings),
+                error,
+            )
+            return None
+        log.info("kafka credentials renewed from %s: new connections use them", ", ".join(settings))
+        return renewal(settings), options
+
+
+def give_credentials(
+    clients: Iterable[AIOKafkaClient], options: Mapping[str, Any], what: Renewal
+) -> None:
+    """Give running aiokafka clients a new password or TLS context for the connections
+    they open from now on (see the module's doc). aiokafka keeps both on its client
+    (``_sasl_plain_password``, ``_ssl_context``) and reads them at each connection."""
+    for client in clients:
+        if what.password:
+            client._sasl_plain_password = options.get("sasl_plain_password")
+        if what.tls:
+            client._ssl_context = options.get("ssl_context")

@@ -24,8 +24,10 @@ error is the broker's. The password never reaches a message.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import struct
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -40,7 +42,7 @@ from aiokafka.errors import (
 )
 
 from probe.config import KafkaConfig
-from probe.core.errors import ConfigError, ConnectFailure, TransportError
+from probe.core.errors import ConfigError, ConnectFailed, ConnectFailure, TransportError
 from probe.transport.connect_errors import (
     KAFKA,
     Diagnosis,
@@ -50,6 +52,8 @@ from probe.transport.connect_errors import (
     shown,
 )
 from probe.transport.kafka_client import connection_options
+
+log = logging.getLogger(__name__)
 
 # Kafka clients' port when a bootstrap server names none.
 DEFAULT_PORT = 9092
@@ -76,8 +80,15 @@ def first_address(bootstrap_servers: str) -> tuple[str, int]:
     return host, int(port) if port else DEFAULT_PORT
 
 
-def sasl_problem(where: str, error: KafkaError, mechanism: str, username: str) -> Diagnosis:
-    """aiokafka's SASL error, named with the mechanism and the user (never the password)."""
+def sasl_problem(
+    where: str,
+    error: KafkaError,
+    mechanism: str,
+    username: str,
+    password_setting: str = "kafka.sasl.password",
+) -> Diagnosis:
+    """aiokafka's SASL error, named with the mechanism and the user (never the password);
+    ``password_setting``: where the password came from (kafka.sasl.password_file)."""
     said = _broker_said(error)
     if isinstance(error, UnsupportedSaslMechanismError):
         how = f"set kafka.sasl.mechanism to one it offers ({said})"
@@ -87,7 +98,7 @@ def sasl_problem(where: str, error: KafkaError, mechanism: str, username: str) -
         how = "it may not need kafka.sasl"
     else:
         what = f"SASL authentication failed for user {username!r} with {mechanism} ({said})"
-        how = "check kafka.sasl.username and kafka.sasl.password (and kafka.sasl.mechanism)"
+        how = f"check kafka.sasl.username and {password_setting} (and kafka.sasl.mechanism)"
     return Diagnosis(ConnectFailure.SASL_FAILED, f"cannot connect to {where}: {what}: {how}")
 
 
@@ -150,7 +161,12 @@ async def _sasl_problem(
         UnsupportedSaslMechanismError,
         IllegalSaslStateError,
     ) as exc:
-        return sasl_problem(shown(host, port), exc, sasl.mechanism, sasl.username)
+        setting = (
+            "kafka.sasl.password"
+            if sasl.password_file is None
+            else (f"kafka.sasl.password_file ({sasl.password_file}, read again when it changes)")
+        )
+        return sasl_problem(shown(host, port), exc, sasl.mechanism, sasl.username, setting)
     except (KafkaError, OSError, TimeoutError):
         return None
     connection.close()
@@ -173,20 +189,25 @@ async def start_or_say_why(
         raise
     except KafkaConnectionError as exc:
         await close()
-        raise (await diagnose(config, options, exc)).error() from exc
+        host, port = first_address(config.bootstrap_servers or "")
+        raise (await diagnose(config, options, exc)).error(shown(host, port)) from exc
     except KafkaError as exc:
         await close()
         raise TransportError(f"cannot connect to {config.bootstrap_servers}: {exc}") from exc
 
 
 async def diagnose(
-    config: KafkaConfig, options: Mapping[str, Any], failure: BaseException | None = None
+    config: KafkaConfig,
+    options: Mapping[str, Any],
+    failure: BaseException | None = None,
+    address: tuple[str, int] | None = None,
 ) -> Diagnosis:
     """Why the clients could not connect (``failure``: what aiokafka raised), found by
-    one connection of its own to the first bootstrap server. ``options``: the clients'
-    (probe.transport.kafka_client.connection_options), for the same TLS context."""
+    one connection of its own to ``address`` (by default the first bootstrap server).
+    ``options``: the clients' (probe.transport.kafka_client.connection_options), for
+    the same TLS context."""
     servers = config.bootstrap_servers or ""
-    host, port = first_address(servers)
+    host, port = address or first_address(servers)
     context = options.get("ssl_context")
     problem = await asyncio.to_thread(_listener_problem, host, port, config, context)
     if problem is None:
@@ -207,3 +228,96 @@ async def cause_of(config: KafkaConfig, failure: BaseException) -> Diagnosis | N
     except (TransportError, ConfigError):  # a TLS file it cannot load: said elsewhere
         return None
     return None if diagnosis.reason is ConnectFailure.OTHER else diagnosis
+
+
+# -- mid-run: connections lost and refused -------------------------------------------
+
+# How often a transport diagnoses a lost connection at most, unless told (the probe's
+# interval: about once a round).
+DIAGNOSE_EVERY = 20.0
+
+
+class ConnectionWatch:
+    """Connections the clients lost mid-run and could not get back, named as at start.
+
+    aiokafka reconnects inside its clients and says only "Unable to bootstrap" or
+    nothing at all (a write to a broker it cannot reach times out): a password rotated
+    on the cluster and not in the probe's file shows only once a broker restarts, as
+    canaries that fail. The transport tells the watch which broker failed it
+    (:meth:`suspect`: a failed metadata refresh, a write to a partition whose leader it
+    lost); :meth:`look`, once a round, diagnoses one suspect in the background with
+    :func:`diagnose` (a direct connection, in a thread, and SASL), at most once per
+    ``every`` seconds. A cause found is counted (``on_failed``), logged in one line
+    when it is new, and kept as :attr:`problem` (readiness) until a diagnosis of that
+    broker finds it answering. A broker that answers a direct connection (a slow one,
+    one elected away from) is no connection failure: nothing is counted.
+    """
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        options: Callable[[], Mapping[str, Any]],
+        *,
+        every: float = DIAGNOSE_EVERY,
+        on_failed: Callable[[ConnectFailed], None] = lambda _: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._options = options
+        self._every = every
+        self._on_failed = on_failed
+        self._clock = clock
+        # Broker label -> (address, what the client said), in the order they failed.
+        self._suspects: dict[str, tuple[tuple[str, int], BaseException]] = {}
+        self._last: float | None = None
+        self._running: asyncio.Task[None] | None = None
+        self.problem: ConnectFailed | None = None
+        self._problem_address: tuple[str, int] | None = None
+
+    def suspect(self, broker: str, address: tuple[str, int], failure: BaseException) -> None:
+        """The clients failed to reach ``broker`` (its id, or its address) at ``address``."""
+        self._suspects.setdefault(broker, (address, failure))
+
+    def look(self) -> None:
+        """Diagnose a suspect (or the broker of the standing problem, to see whether it
+        is over) in the background, if one is due."""
+        if self._running is not None and not self._running.done():
+            return
+        now = self._clock()
+        if self._last is not None and now - self._last < self._every:
+            return
+        if self._suspects:
+            broker = next(iter(self._suspects))
+            address, failure = self._suspects.pop(broker)
+        elif self.problem is not None and self._problem_address is not None:
+            broker, address, failure = self.problem.broker, self._problem_address, self.problem
+        else:
+            return
+        self._last = now
+        self._running = asyncio.create_task(
+            self._diagnose(broker, address, failure), name=f"diagnose broker {broker}"
+        )
+
+    async def _diagnose(
+        self, broker: str, address: tuple[str, int], failure: BaseException
+    ) -> None:
+        try:
+            diagnosis = await diagnose(self._config, self._options(), failure, address)
+        except (TransportError, ConfigError) as exc:  # a file it cannot load: said elsewhere
+            log.debug("broker %s not diagnosed: %s", broker, exc)
+            return
+        if diagnosis.reason is ConnectFailure.OTHER:
+            if self.problem is not None and self.problem.broker == broker:
+                log.info("kafka broker %s answers again (was: %s)", broker, self.problem)
+                self.problem, self._problem_address = None, None
+            return
+        error = diagnosis.error(broker)
+        if self.problem is None or str(self.problem) != str(error):
+            log.warning("kafka broker %s: %s", broker, error)
+        self.problem, self._problem_address = error, address
+        self._on_failed(error)
+
+    async def close(self) -> None:
+        if self._running is not None:
+            self._running.cancel()
+            await asyncio.gather(self._running, return_exceptions=True)

@@ -53,7 +53,12 @@ from probe.core.leadership import LeaderPlan
 from probe.core.partition_summary import partitions_summary
 from probe.core.replicas import TopicReplicas
 from probe.transport import Arrival
-from probe.transport.kafka_client import connection_options, reason_for
+from probe.transport.kafka_client import (
+    CredentialFiles,
+    connection_options,
+    give_credentials,
+    reason_for,
+)
 from probe.transport.kafka_connect_errors import start_or_say_why
 from probe.transport.kafka_denials import denial
 
@@ -194,6 +199,7 @@ class KafkaGroupReader:
         # group.initial.rebalance.delay.ms (3 s) or until every member rejoined. A
         # request timeout of the send timeout (seconds) would time every join out,
         # forever; commits keep the send timeout as their own deadline (_commit).
+        self._credentials = CredentialFiles(config)
         options = connection_options(config)
         options["request_timeout_ms"] = max(options["request_timeout_ms"], JOIN_TIMEOUT_MS)
         self._options = options
@@ -304,6 +310,11 @@ class KafkaGroupReader:
             )
 
     async def partitions(self) -> list[int]:
+        # Once a round: a rotated password or certificate reaches the member's client
+        # for its next connections (kafka_client's module doc).
+        if (renewed := self._credentials.renewed()) is not None:
+            what, options = renewed
+            give_credentials([self._consumer._client], options, what)
         known = self._consumer.partitions_for_topic(self._topic)
         if not known:
             # aiokafka's (private) client: the member's metadata, refreshed now.

@@ -236,7 +236,7 @@ class MqttTransport:
         try:
             await client.__aenter__()
         except MqttConnectError as exc:
-            raise self._refusal(exc).error() from exc
+            raise self._refusal(exc).error(self.address) from exc
         except MqttError as exc:
             # paho's words at best ("certificate verify failed"), a lost connection at
             # worst: a connection of our own names the cause and the setting.
@@ -253,7 +253,7 @@ class MqttTransport:
                 raise TransportError(
                     f"cannot connect to mqtt {self.address}: {_reason(exc)}"
                 ) from exc
-            raise diagnosis.error() from exc
+            raise diagnosis.error(self.address) from exc
         return client
 
     def _client_options(self, role: str, *, persistent: bool) -> dict[str, Any]:
