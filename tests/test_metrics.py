@@ -277,6 +277,7 @@ def test_recorded_three_broker_metadata_becomes_per_broker_series() -> None:
     assert sample(samples, "synthetic_sla_partitions_under_replicated") == 3
     assert sample(samples, "synthetic_sla_partitions_under_min_isr") == 2
     assert sample(samples, "synthetic_sla_min_insync_replicas") == 2
+    assert sample(samples, "synthetic_sla_replication_factor") == 3
     assert sample(samples, "synthetic_sla_brokers_without_canary_leader") == 1
     led = {b: sample(samples, "synthetic_sla_broker_leader_partitions", broker=b) for b in "123"}
     assert led == {"1": 3, "2": 2, "3": 0}

@@ -157,7 +157,10 @@ def test_a_metric_row_holds_its_exported_name_type_and_labels() -> None:
     assert "delivered" in help_text
     assert METRICS["synthetic_sla_e2e_latency_seconds"][1] == "histogram"
     # An info's labels: declared ones, then its keys.
-    assert METRICS["synthetic_sla_broker_info"][1:3] == ["info", "`target`, `broker`, `address`"]
+    assert METRICS["synthetic_sla_broker_info"][1:3] == [
+        "info",
+        "`target`, `broker`, `address`, `listed`",
+    ]
     assert METRICS["synthetic_sla_probe_info"][2] == "`version`"
 
 

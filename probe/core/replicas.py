@@ -110,6 +110,9 @@ class ReplicaHealth:
     offline: int
     under_min_isr: int
     min_insync: int | None
+    # The fewest replicas a partition owes (those a reassignment adds not counted); 0
+    # without partitions. What acks=all can promise: min_insync of these.
+    replication_factor: int
     leaders: Mapping[int, int]
     leaderless_brokers: tuple[int, ...]
     out_of_sync: Mapping[int, int]
@@ -130,6 +133,7 @@ def replica_health(topic: TopicReplicas) -> ReplicaHealth:
         if min_insync is None
         else sum(1 for p in partitions if len(p.isr) < min_insync),
         min_insync=min_insync,
+        replication_factor=min((len(topic.owed(p)) for p in partitions), default=0),
         leaders=leaders,
         leaderless_brokers=tuple(b for b in sorted(topic.brokers) if not led.get(b)),
         out_of_sync={b: lagging.get(b, 0) for b in sorted(topic.brokers | lagging.keys())},

@@ -325,6 +325,13 @@ class ProbeMetrics:
             ["target"],
             registry=registry,
         )
+        self.replication_factor = Gauge(
+            "synthetic_sla_replication_factor",
+            "The canary topic's replication factor: the fewest replicas a partition has "
+            "(0: unknown). With min.insync.replicas, what an acks=all write promises.",
+            ["target"],
+            registry=registry,
+        )
         self._stages_of: dict[str, list[str]] = {}
         self._brokers_of: dict[str, set[int]] = {}
         registry.register(SpanDropCollector(span_stats or tracing.EXPORT_STATS))
@@ -344,6 +351,7 @@ class ProbeMetrics:
             self.offline,
             self.under_min_isr,
             self.min_insync,
+            self.replication_factor,
         ):
             gauge.labels(target)
         self.produce_latency.labels(target)
@@ -465,6 +473,7 @@ class ProbeMetrics:
         self.offline.labels(target).set(health.offline)
         self.under_min_isr.labels(target).set(health.under_min_isr)
         self.min_insync.labels(target).set(health.min_insync or 0)
+        self.replication_factor.labels(target).set(health.replication_factor)
         self.replica_state.update(target, topic)
         known = self._brokers_of.setdefault(target, set())
         seen = health.leaders.keys() | health.out_of_sync.keys()

@@ -109,6 +109,7 @@ def test_run_attributes_every_canary_to_the_broker_that_led_its_partition(
     assert sample(samples, "synthetic_sla_brokers") == len(brokers)
     assert sample(samples, "synthetic_sla_brokers_without_canary_leader") == 0
     assert sample(samples, "synthetic_sla_min_insync_replicas") == 2
+    assert sample(samples, "synthetic_sla_replication_factor") == 3
     assert sample(samples, "synthetic_sla_partitions_under_replicated") == under_replicated(
         described
     )

@@ -637,6 +637,68 @@ whether the broker is in the metadata (up), and which brokers are out of sync.
           runbook_url: {{ printf "%s#syntheticslareplicasunderminisr" $runbook }}
       {{- end }}
       {{- end }}
+      {{- /*
+Blind spots: what the probe cannot see must open a ticket, not stay silent. A broker
+that leads no canary partition is not measured (its canaries are other brokers');
+without DescribeConfigs the topic's min.insync.replicas is unknown and the under-min-ISR
+ticket above can never fire; and a topic of three replicas or more with a min ISR of 1
+lets an acks=all write succeed on one copy. Series of Kafka targets only (an MQTT target
+has no replication factor: 0). Folded over replicas of the probe with max.
+*/}}
+      {{- with $alerts.brokerUnmeasured }}
+      {{- if .enabled }}
+      - alert: SyntheticSlaBrokerUnmeasured
+        expr: max by (target) (synthetic_sla_brokers_without_canary_leader) > 0
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}: {{ $value | humanize }} brokers have led no canary partition for %s: the probe does not measure them" .for | quote }}
+          description: {{ printf "{{ $value | humanize }} brokers of target {{ $labels.target }} have led no partition of the canary topic for %s: no canary is written through them, so an outage of theirs shows in no SLO of the probe. With topic management on (kafka.create_topic, kafka.move_leaders) the probe moves leaders itself; it has not, so it lacks Alter on the cluster or the topic has fewer partitions than brokers. Off (strict ACLs), an operator must grow the topic or elect the preferred leaders." .for | quote }}
+          runbook_url: {{ printf "%s#syntheticslabrokerunmeasured" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.minInsyncReplicasUnknown }}
+      {{- if .enabled }}
+      - alert: SyntheticSlaMinInsyncReplicasUnknown
+        expr: |-
+          max by (target) (synthetic_sla_min_insync_replicas) == 0
+          and on (target)
+          max by (target) (synthetic_sla_replication_factor) > 0
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}: the canary topic's min.insync.replicas has been unknown for %s: SyntheticSlaReplicasUnderMinIsr cannot fire" .for | quote }}
+          description: {{ printf "The probe of target {{ $labels.target }} has not been able to read the canary topic's min.insync.replicas for %s (synthetic_sla_min_insync_replicas 0): the broker refused DescribeConfigs on the topic. Partitions under min ISR, whose acks=all writes are refused, cannot be told apart from any other failed write, and their ticket never fires. Grant DescribeConfigs on the canary topic to the probe's principal." .for | quote }}
+          runbook_url: {{ printf "%s#syntheticslamininsyncreplicasunknown" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.minInsyncReplicasLow }}
+      {{- if .enabled }}
+      - alert: SyntheticSlaMinInsyncReplicasLow
+        expr: |-
+          max by (target) (synthetic_sla_min_insync_replicas) == 1
+          and on (target)
+          max by (target) (synthetic_sla_replication_factor) >= 3
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ "{{ $labels.target }}: the canary topic has min.insync.replicas 1 with 3 or more replicas: acks=all promises one copy" | quote }}
+          description: {{ printf "The canary topic of target {{ $labels.target }} has {{ with query (printf \"max(synthetic_sla_replication_factor{target=%%q})\" $labels.target) }}{{ . | first | value | humanize }}{{ end }} replicas per partition and min.insync.replicas 1 (for %s): an acks=all write is acknowledged once its leader alone has it, and a leader lost before its followers copy it loses the write. Every acks=all producer on topics configured alike gets the same weak promise, and the probe's durability SLO measures less than it says. On KRaft a topic without its own min.insync.replicas takes the controllers' value, not the brokers': set it on the topic or on the controllers (RF - 1, usually 2)." .for | quote }}
+          runbook_url: {{ printf "%s#syntheticslamininsyncreplicaslow" $runbook }}
+      {{- end }}
+      {{- end }}
 {{- /*
 Reconciliation (`sla-probe reconcile --every`, the chart's reconcile values): whether the
 topic's records reached their table, by count and checksum. Rendered whatever
