@@ -111,10 +111,16 @@ def fetch(download: Download, into: Path) -> Path:
     target = into / download.url.rsplit("/", 1)[1]
     digest = hashlib.sha256()
     print(f"toolchain: fetching {download.url}", file=sys.stderr)
-    with urllib.request.urlopen(download.url, timeout=60) as answer, target.open("wb") as out:
-        while chunk := answer.read(1 << 20):
-            digest.update(chunk)
-            out.write(chunk)
+    try:
+        with urllib.request.urlopen(download.url, timeout=60) as answer, target.open("wb") as out:
+            while chunk := answer.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError as error:  # URLError, a TLS failure, a reset: the reason in one line
+        raise SystemExit(
+            f"toolchain: {download.url}: {getattr(error, 'reason', error)} "
+            "(behind a proxy: https_proxy; a CA of your own: SSL_CERT_FILE)"
+        ) from None
     if digest.hexdigest() != download.sha256:
         raise SystemExit(
             f"toolchain: {download.url}: SHA-256 {digest.hexdigest()}, "
