@@ -161,12 +161,13 @@ async def _sasl_problem(
         UnsupportedSaslMechanismError,
         IllegalSaslStateError,
     ) as exc:
-        setting = (
-            "kafka.sasl.password"
-            if sasl.password_file is None
-            else (f"kafka.sasl.password_file ({sasl.password_file}, read again when it changes)")
+        if sasl.password_file is None:
+            return sasl_problem(shown(host, port), exc, sasl.mechanism, sasl.username)
+        problem = sasl_problem(
+            shown(host, port), exc, sasl.mechanism, sasl.username, "kafka.sasl.password_file"
         )
-        return sasl_problem(shown(host, port), exc, sasl.mechanism, sasl.username, setting)
+        read_again = f"{sasl.password_file} is read again when it changes"
+        return Diagnosis(problem.reason, f"{problem.message}; {read_again}")
     except (KafkaError, OSError, TimeoutError):
         return None
     connection.close()

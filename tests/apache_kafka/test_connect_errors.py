@@ -321,7 +321,7 @@ def test_run_retries_and_shows_the_line_in_readyz_and_the_counter(
     for other in ConnectFailure:
         key = (
             "synthetic_sla_connect_errors_total",
-            (("reason", other.value), ("target", "kafka")),
+            (("broker", ""), ("reason", other.value), ("target", "kafka")),
         )
         assert key in samples or other is ConnectFailure.UNTRUSTED_CERTIFICATE
         if other is not ConnectFailure.UNTRUSTED_CERTIFICATE:
@@ -384,6 +384,69 @@ def test_a_probe_restarted_with_a_rotated_scram_password_keeps_working(
     log = restarted.log.read_text()
     assert first not in log
     assert second not in log
+
+
+def test_a_password_changed_on_the_cluster_only_is_named_mid_run(
+    secured: Secured, start_probe: Any, tmp_path: Path, key_file: Path
+) -> None:
+    """The password changed on the cluster and not in the probe's file: the connections
+    open go on, until the broker restarts and the clients must log in again. Then the
+    refusal is named as at start: counted with the broker's id, /readyz's reason and
+    one log line name kafka.sasl.password_file; once the file holds the new password,
+    the same process delivers again."""
+    user, first, second = "forgetful", "first-pass-31c9", "second-pass-77d0"
+    _set_scram_password(secured, user, first)
+    password_file = tmp_path / "password"
+    password_file.write_text(first + "\n")
+    config = tmp_path / "probe.yaml"
+    config.write_text(yaml.safe_dump({"kafka": {
+        "tls": {"ca_file": secured.file("ca.crt")},
+        "sasl": {"mechanism": "SCRAM-SHA-512", "username": user,
+                 "password_file": str(password_file)},
+    }}))  # fmt: skip
+    probe: RunningProbe = start_probe(
+        *run_args(secured.address("SCRAM"), f"sla-{uuid.uuid4().hex[:8]}", key_file),
+        "--config", str(config),
+    )  # fmt: skip
+    wait_for(lambda: probe.canaries("delivered") >= 2, timeout=60, what="delivered over SCRAM")
+
+    def refused() -> float:
+        return sample(
+            probe.metrics(), "synthetic_sla_connect_errors_total", reason="sasl_failed", broker="1"
+        )
+
+    assert refused() == 0
+    _set_scram_password(secured, user, second)
+    secured.cluster.node(1).stop()
+    secured.cluster.node(1).start()
+    secured.cluster.wait_ready()
+    # Diagnosed about once a round while it lasts: counted each time, said once.
+    wait_for(lambda: refused() >= 2, timeout=60, what="the refusal counted, broker 1")
+    _status, reason = wait_for(
+        lambda: (answer := readyz(probe.port))[0] == 503 and "SASL" in answer[1] and answer,
+        timeout=30, what="/readyz names the refusal",
+    )  # fmt: skip
+    print(reason.strip())
+    assert f"SASL authentication failed for user '{user}' with SCRAM-SHA-512" in reason
+    assert "kafka.sasl.password_file" in reason
+    # While it was down, broker 1 was named too (unreachable), in a line of its own.
+    said = [
+        line for line in probe.log.read_text().splitlines()
+        if "kafka broker 1:" in line and "SASL authentication failed" in line
+    ]  # fmt: skip
+    assert len(said) == 1, said
+    assert "kafka.sasl.password_file" in said[0]
+
+    delivered = probe.canaries("delivered")
+    password_file.write_text(second + "\n")
+    wait_for(
+        lambda: probe.canaries("delivered") > delivered + 2, timeout=60, what="the new password"
+    )
+    wait_for(lambda: readyz(probe.port)[0] == 200, timeout=30, what="ready again")
+    assert probe.process.poll() is None
+    text = probe.log.read_text()
+    assert first not in text
+    assert second not in text
 
 
 def test_reconcile_names_the_cause(secured: Secured, tmp_path: Path) -> None:
