@@ -121,6 +121,58 @@ def test_the_rendered_config_is_one_the_probe_loads(tmp_path: Path) -> None:
     assert config.mqtt.password_value() == PASSWORD
 
 
+# Strimzi's mutual TLS (authentication: tls), as docs/secured-clusters.md gives it: the
+# KafkaUser's Secret holds the user's certificate and key (user.crt, user.key), the
+# cluster CA is in a Secret of its own (<cluster>-cluster-ca-cert, ca.crt).
+STRIMZI_MUTUAL_TLS = {
+    "config": {"kafka": {"bootstrap_servers": "orders-kafka-bootstrap:9093"}},
+    "kafka": {
+        "tls": {
+            "existingSecret": "sla-probe",
+            "certKey": "user.crt",
+            "keyKey": "user.key",
+            "caSecret": "orders-cluster-ca-cert",
+        }
+    },
+}
+
+
+def test_strimzi_mutual_tls_from_two_secrets(tmp_path: Path) -> None:
+    manifests = render(STRIMZI_MUTUAL_TLS)
+    for manifest in manifests:
+        validate(manifest)
+    for name, pod in pod_specs(manifests):
+        volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+        given = {
+            volume: (volumes[volume]["secretName"], {i["key"]: i["path"] for i in items})
+            for volume in ("kafka-tls", "kafka-tls-ca")
+            if (items := volumes[volume]["items"])
+        }
+        assert given == {
+            "kafka-tls": ("sla-probe", {"user.crt": "tls.crt", "user.key": "tls.key"}),
+            "kafka-tls-ca": ("orders-cluster-ca-cert", {"ca.crt": "ca.crt"}),
+        }, name
+        mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["kafka-tls-ca"] == "/etc/sla-probe/kafka-tls-ca", name
+    written = yaml.safe_load(_config_file(manifests, tmp_path).read_text())
+    assert written["kafka"]["tls"] == {
+        "ca_file": "/etc/sla-probe/kafka-tls-ca/ca.crt",
+        "cert_file": "/etc/sla-probe/kafka-tls/tls.crt",
+        "key_file": "/etc/sla-probe/kafka-tls/tls.key",
+    }
+
+
+@pytest.mark.parametrize("values", [SECURED, STRIMZI_MUTUAL_TLS], ids=["secured", "strimzi"])
+def test_secrets_are_mounted_as_directories(values: dict[str, Any]) -> None:
+    """The kubelet updates a Secret's files in a mounted volume, never one mounted with
+    subPath: the probe re-reads rotated credentials only when they do change."""
+    for name, pod in _pods(render(values)):
+        for container in pod["containers"] + pod.get("initContainers", []):
+            for mount in container.get("volumeMounts", []):
+                assert "subPath" not in mount, (name, mount)
+                assert "subPathExpr" not in mount, (name, mount)
+
+
 @pytest.mark.parametrize(
     "values",
     [

@@ -184,7 +184,7 @@ config that gives them itself: which of two passwords is used must never be a gu
 {{- end -}}
 {{- range $section := list "kafka" "mqtt" -}}
 {{- $secret := get $values $section | dig "tls" (dict) -}}
-{{- if $secret.existingSecret -}}
+{{- if or $secret.existingSecret $secret.caSecret -}}
 {{- $parent := dig $section (dict) $config -}}
 {{- $tls := dig "tls" (dict) $parent -}}
 {{- range list "ca_file" "cert_file" "key_file" -}}
@@ -193,10 +193,12 @@ config that gives them itself: which of two passwords is used must never be a gu
 {{- end -}}
 {{- end -}}
 {{- $dir := printf "/etc/sla-probe/%s-tls" $section -}}
-{{- if $secret.caKey -}}
+{{- if $secret.caSecret -}}
+{{- $_ := set $tls "ca_file" (printf "%s-ca/ca.crt" $dir) -}}
+{{- else if $secret.caKey -}}
 {{- $_ := set $tls "ca_file" (printf "%s/ca.crt" $dir) -}}
 {{- end -}}
-{{- if and $secret.certKey $secret.keyKey -}}
+{{- if and $secret.existingSecret $secret.certKey $secret.keyKey -}}
 {{- $_ := set $tls "cert_file" (printf "%s/tls.crt" $dir) -}}
 {{- $_ := set $tls "key_file" (printf "%s/tls.key" $dir) -}}
 {{- end -}}
@@ -221,9 +223,12 @@ from starting, which says why, rather than the probe failing later on a missing 
 {{- end }}{{ end -}}
 {{- range $section := list "kafka" "mqtt" -}}
 {{- $secret := get $.Values $section | dig "tls" (dict) -}}
+{{- if $secret.caSecret -}}
+{{- $volumes = append $volumes (dict "name" (printf "%s-tls-ca" $section) "secret" (dict "secretName" $secret.caSecret "defaultMode" 256 "items" (list (dict "key" ($secret.caKey | default "ca.crt") "path" "ca.crt")))) -}}
+{{- end -}}
 {{- if $secret.existingSecret -}}
 {{- $items := list -}}
-{{- if $secret.caKey }}{{ $items = append $items (dict "key" $secret.caKey "path" "ca.crt") }}{{ end -}}
+{{- if and $secret.caKey (not $secret.caSecret) }}{{ $items = append $items (dict "key" $secret.caKey "path" "ca.crt") }}{{ end -}}
 {{- if and $secret.certKey $secret.keyKey -}}
 {{- $items = append $items (dict "key" $secret.certKey "path" "tls.crt") -}}
 {{- $items = append $items (dict "key" $secret.keyKey "path" "tls.key") -}}
