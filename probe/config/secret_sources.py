@@ -58,9 +58,10 @@ def _one_secret_source(inline: object, path: Path | None, setting: str, *, requi
 
 def _secret_value(inline: SecretStr | None, path: Path | None, setting: str) -> str | None:
     """The secret as it is now. The file is read at every call: the clients call this
-    when they are created, so a password rotated in a mounted Secret reaches the next
-    client made (a restarted probe; a reconnecting MQTT client), never a connection
-    already open."""
+    when they are created and, for Kafka, again when the file changed
+    (probe.transport.kafka_client.CredentialFiles), so a password rotated in a mounted
+    Secret reaches the next connection (an MQTT client's at every attempt), never a
+    connection already open."""
     if path is None:
         return inline.get_secret_value() if inline is not None else None
     try:
