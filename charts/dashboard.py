@@ -121,17 +121,19 @@ def ratio(numerator: str, denominator: str) -> str:
 
 
 def objective(sli: str) -> str:
-    """The objective the rules record (``slo.*`` in the chart's values)."""
-    return f'synthetic_sla:objective:ratio{{sli="{sli}"}}'
+    """The objective the rules record (``slo.*`` in the chart's values), one series per
+    target: releases with objectives of their own each record their targets'."""
+    return f'synthetic_sla:objective:ratio{{sli="{sli}",{TARGET}}}'
 
 
 def budget_remaining(good_ratio: str, sli: str) -> str:
-    """1 - (bad share / allowed bad share): 1 untouched, 0 spent, below 0 broken."""
-    return f"1 - (1 - ({good_ratio})) / scalar(1 - {objective(sli)})"
+    """1 - (bad share / allowed bad share): 1 untouched, 0 spent, below 0 broken, each
+    target against its own objective."""
+    return f"1 - (1 - ({good_ratio})) / on (target) group_left () (1 - {objective(sli)})"
 
 
 def burn_rate(good_ratio_record: str, sli: str) -> str:
-    return f"(1 - {good_ratio_record}) / scalar(1 - {objective(sli)})"
+    return f"(1 - {good_ratio_record}) / on (target) group_left () (1 - {objective(sli)})"
 
 
 # The SLIs over the SLO period, from the raw counters: the recording rules stop at 3d.
@@ -537,7 +539,7 @@ def slo_row() -> list[AnyPanel]:
             "percentunit",
             query(series(availability_5m, TARGET, STAGE), f"5m {BY_STAGE}"),
             query(series(availability_1h, TARGET, STAGE), f"1h {BY_STAGE}"),
-            query(objective("availability"), "objective"),
+            query(objective("availability"), "objective {{target}}"),
         )
         .decimals(3)
         .id(5)
@@ -600,7 +602,7 @@ def latency_row() -> list[AnyPanel]:
                 series("target_stage:synthetic_sla_latency:ratio_rate1h", TARGET, STAGE),
                 f"1h {BY_STAGE}",
             ),
-            query(objective("latency"), "objective"),
+            query(objective("latency"), "objective {{target}}"),
         )
         .decimals(2)
         .id(9)
@@ -804,7 +806,7 @@ def spark_row() -> list[AnyPanel]:
             query(
                 series("target:synthetic_sla_watermark_skew:ratio_rate1h", TARGET), "1h {{target}}"
             ),
-            query(objective("watermark_skew"), "objective"),
+            query(objective("watermark_skew"), "objective {{target}}"),
         )
         .decimals(3)
         .id(28)

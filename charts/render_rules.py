@@ -46,14 +46,18 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_rule_groups(values: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The PrometheusRule's spec (``{"groups": [...]}``) for these values."""
+    """The PrometheusRule's spec (``{"groups": [...]}``) for these values.
+
+    A plain rules file is loaded once per Prometheus, so it covers every target that
+    Prometheus scrapes (ruleScope "all") unless the values say otherwise."""
+    values = merge({"ruleScope": "all"}, values or {})
     # The rules do not depend on the brokers, but the chart refuses to render without them.
     forced = {
         "config": {"kafka": {"bootstrap_servers": "rules-only.invalid:9092"}},
         "prometheusRule": {"enabled": True},
     }
     with helm.Chart.load(CHART) as chart:
-        manifests = chart.render(merge(values or {}, forced), name="rules", namespace="rules")
+        manifests = chart.render(merge(values, forced), name="rules", namespace="rules")
     rule = yaml.safe_load(manifests[PROMETHEUS_RULE_TEMPLATE])
     spec: dict[str, Any] = rule["spec"]
     return spec

@@ -976,6 +976,22 @@ def test_dashboard_configmap_carries_the_dashboard_for_the_sidecar() -> None:
     assert json.loads(configmap["data"]["synthetic-sla-probe.json"]) == shipped
 
 
+def test_dashboard_uid_and_namespace_are_the_users_to_set() -> None:
+    # A second release that ships its own copy (another chart version, say) needs a uid
+    # of its own, and Grafana's sidecar often watches only Grafana's namespace.
+    values = {**VALUE_SETS["all-features"]}
+    values["dashboard"] = {**values["dashboard"], "uid": "orders-sla", "namespace": "grafana"}
+    configmap = next(m for m in render(values) if m["metadata"]["name"].endswith("-dashboard"))
+    assert configmap["metadata"]["namespace"] == "grafana"
+    served = json.loads(configmap["data"]["synthetic-sla-probe.json"])
+    shipped = json.loads((CHART / "dashboards" / "synthetic-sla-probe.json").read_text())
+    assert served["uid"] == "orders-sla"
+    # Only the dashboard's own uid: its panels' data source uids are untouched.
+    assert {**served, "uid": shipped["uid"]} == shipped
+    with pytest.raises(Exception, match="uid"):
+        render({**values, "dashboard": {**values["dashboard"], "uid": "not a uid"}})
+
+
 def test_tracing_values_become_the_standard_otel_variables() -> None:
     container = only(render(VALUE_SETS["all-features"]), "Deployment", "probe")["spec"]["template"][
         "spec"

@@ -102,8 +102,11 @@ def test_prometheus_rule_and_rules_configmap_carry_the_same_groups() -> None:
     rule = next(m for m in manifests if m["kind"] == "PrometheusRule")
     configmap = next(m for m in manifests if m["metadata"]["name"].endswith("-rules"))
     assert yaml.safe_load(configmap["data"]["synthetic-sla-probe.rules.yml"]) == rule["spec"]
-    # With default values the PrometheusRule is exactly the plain file.
-    default = render({**VALUE_SETS["default"], "prometheusRule": {"enabled": True}})
+    # With default values and the plain file's scope (every target) the PrometheusRule
+    # is exactly the plain file.
+    default = render(
+        {**VALUE_SETS["default"], "prometheusRule": {"enabled": True}, "ruleScope": "all"}
+    )
     default_rule = next(m for m in default if m["kind"] == "PrometheusRule")
     assert default_rule["spec"] == yaml.safe_load(PLAIN_RULES.read_text())
     # additionalLabels reach every alert, and only alerts.
@@ -139,6 +142,85 @@ def test_promtool_unit_tests(unit_test: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+PAGE = (
+    'ALERTS{alertname="SyntheticSlaAvailabilityBudgetBurn",alertstate="firing",'
+    'severity="critical"}'
+)
+
+
+def _two_releases_test(tmp_path: Path, scope: str) -> subprocess.CompletedProcess[str]:
+    """promtool's unit test of two releases' rules on one Prometheus: orders (objective
+    0.999) and payments (0.99), each losing 2 % of its canaries. A 20x burn of orders'
+    budget pages; a 2x burn of payments' does not."""
+    releases = {"orders": 0.999, "payments": 0.99}
+    files = []
+    for target, objective in releases.items():
+        values = {
+            "ruleScope": scope,
+            "config": {"target": target},
+            "slo": {"availability": {"objective": objective}},
+        }
+        path = tmp_path / f"{target}.rules.yml"
+        path.write_text(yaml.safe_dump(render_rules.render_rule_groups(values)))
+        files.append(path.name)
+    series = [
+        {"series": f'synthetic_sla_canaries_total{{target="{t}",stage="consumer",'
+                   f'outcome="{outcome}",instance="10.0.0.{n}:9464"}}', "values": values}
+        for n, t in enumerate(releases)
+        for outcome, values in (("delivered", "0+98x60"), ("lost", "0+2x60"))
+    ]  # fmt: skip
+    unit = {
+        "rule_files": files,
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": 'synthetic_sla:objective:ratio{sli="availability"}',
+                        "eval_time": "30m",
+                        "exp_samples": [
+                            {
+                                "labels": f'synthetic_sla:objective:ratio{{sli="availability",'
+                                f'target="{t}"}}',
+                                "value": objective,
+                            }
+                            for t, objective in releases.items()
+                        ],
+                    },
+                    {
+                        "expr": f"count by (target) ({PAGE})",
+                        "eval_time": "30m",
+                        "exp_samples": [{"labels": '{target="orders"}', "value": 1}],
+                    },
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "two-releases.yml"
+    test_file.write_text(yaml.safe_dump(unit))
+    return subprocess.run(
+        [_tool("promtool"), "test", "rules", str(test_file)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def test_two_releases_rules_keep_to_their_own_targets_and_objectives(tmp_path: Path) -> None:
+    # Each release's rules (ruleScope "release", the chart's default) cover its own
+    # targets: one objective series per target, and only the burn that breaks its own
+    # objective pages.
+    result = _two_releases_test(tmp_path, "release")
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Every release covering every target (the plain file's scope, installed with each
+    # release as the quickstart once did): the two objectives clash on one series,
+    # which Prometheus refuses ("duplicate sample for timestamp").
+    clashing = _two_releases_test(tmp_path, "all")
+    assert clashing.returncode != 0
+    said = clashing.stdout + clashing.stderr
+    assert "synthetic_sla:objective:ratio" in said, said
 
 
 def test_latency_sli_reads_a_whole_second_threshold_in_both_bucket_forms(
@@ -333,7 +415,7 @@ def test_values_reach_the_group_rules() -> None:
         for rule in _rules(groups)
         if rule.get("labels", {}).get("sli") == "group_commit_latency"
     ]
-    assert objective["expr"] == "vector(0.995)"
+    assert objective["expr"] == "0.995 + 0 * group by (target) (synthetic_sla_canaries_total)"
     assert objective["labels"]["threshold_seconds"] == "1"
     rebalancing, unstable = alerts["SyntheticSlaGroupRebalanceStorm"]
     assert rebalancing["expr"].endswith("[30m])) > 10")

@@ -79,6 +79,27 @@ the chart's version (<appVersion>-s3a, Dockerfile --build-arg S3A=true).
 {{- end -}}
 
 {{/* The scrape job the probe-down and probe-absent alerts select (see serviceMonitor jobLabel). */}}
+{{/*
+The `target` labels of this release's probes, as a regular expression for the rules of
+ruleScope "release": config.target unless config.targets leaves kafka out, and
+config.mqtt.target (default "mqtt") when an MQTT broker is probed (config.mqtt.url).
+*/}}
+{{- define "synthetic-sla-probe.targetPattern" -}}
+{{- $config := .Values.config -}}
+{{- $targets := list -}}
+{{- $kinds := $config.targets | default list -}}
+{{- if kindIs "string" $kinds }}{{ $kinds = splitList "," $kinds }}{{ end -}}
+{{- if or (not $kinds) (has "kafka" $kinds) -}}
+{{- $targets = append $targets ($config.target | default "kafka") -}}
+{{- end -}}
+{{- if dig "mqtt" "url" "" $config -}}
+{{- $targets = append $targets (dig "mqtt" "target" "mqtt" $config) -}}
+{{- end -}}
+{{- $quoted := list -}}
+{{- range $targets }}{{ $quoted = append $quoted (regexQuoteMeta .) }}{{ end -}}
+{{- join "|" $quoted -}}
+{{- end -}}
+
 {{- define "synthetic-sla-probe.job" -}}
 {{- .Values.alerts.job | default (include "synthetic-sla-probe.name" .) -}}
 {{- end -}}

@@ -20,6 +20,20 @@ stage like any other (stage="group") in the availability and latency SLIs.
 {{- $runbook := $alerts.runbookBaseUrl -}}
 {{- $job := include "synthetic-sla-probe.job" . -}}
 {{- /*
+Which targets these rules cover (ruleScope). "release": the targets of this release's
+probes, every raw series selected by its `target` label ($in for a bare selector, $and
+before other matchers), so that each release's rules carry its own objectives and two
+releases on one Prometheus neither clash nor alert twice. "all": every target the
+Prometheus scrapes, one rule set per Prometheus (the plain rules file).
+*/ -}}
+{{- $in := "" -}}
+{{- $and := "" -}}
+{{- if eq .Values.ruleScope "release" -}}
+{{- $pattern := include "synthetic-sla-probe.targetPattern" . -}}
+{{- $in = printf "{target=~%q}" $pattern -}}
+{{- $and = printf "target=~%q," $pattern -}}
+{{- end -}}
+{{- /*
 The objectives, thresholds and latency buckets come from the SLO definitions that Sloth's
 and Pyrra's SLOs read too (_slo-definitions.tpl). Prometheus 3 stores classic bucket
 bounds as floats: le="1" is read as le="1.0", while le="0.5" stays. The bucket is matched
@@ -93,23 +107,26 @@ it is named here for the alert's text only.
 groups:
   - name: synthetic-sla-probe.sli
     rules:
-      # The objectives as series, so dashboards compute error budgets without copies.
+      # The objectives as series, so dashboards compute error budgets without copies:
+      # one per target these rules cover (each target whose probes export canaries),
+      # so releases with objectives of their own each record their targets' and none
+      # clash.
       - record: synthetic_sla:objective:ratio
-        expr: vector({{ $defs.availabilityObjective }})
+        expr: {{ $defs.availabilityObjective }} + 0 * group by (target) (synthetic_sla_canaries_total{{ $in }})
         labels:
           sli: availability
       - record: synthetic_sla:objective:ratio
-        expr: vector({{ $defs.latencyObjective }})
+        expr: {{ $defs.latencyObjective }} + 0 * group by (target) (synthetic_sla_canaries_total{{ $in }})
         labels:
           sli: latency
           threshold_seconds: {{ $threshold | toString | quote }}
           sink_threshold_seconds: {{ $sinkThreshold | toString | quote }}
       - record: synthetic_sla:objective:ratio
-        expr: vector({{ $slo.sink.skewObjective }})
+        expr: {{ $slo.sink.skewObjective }} + 0 * group by (target) (synthetic_sla_canaries_total{{ $in }})
         labels:
           sli: watermark_skew
       - record: synthetic_sla:objective:ratio
-        expr: vector({{ $slo.groupCommit.objective }})
+        expr: {{ $slo.groupCommit.objective }} + 0 * group by (target) (synthetic_sla_canaries_total{{ $in }})
         labels:
           sli: group_commit_latency
           threshold_seconds: {{ $commitThreshold | toString | quote }}
@@ -121,18 +138,18 @@ groups:
       {{- range $window := $windows }}
       - record: target_stage:synthetic_sla_availability:ratio_rate{{ $window }}
         expr: |-
-          sum by (target, stage) (rate(synthetic_sla_canaries_total{outcome="delivered"}[{{ $window }}]))
+          sum by (target, stage) (rate(synthetic_sla_canaries_total{ {{- $and }}outcome="delivered"}[{{ $window }}]))
           /
-          sum by (target, stage) (rate(synthetic_sla_canaries_total[{{ $window }}]))
+          sum by (target, stage) (rate(synthetic_sla_canaries_total{{ $in }}[{{ $window }}]))
       - record: target_stage:synthetic_sla_latency:ratio_rate{{ $window }}
         expr: |-
           (
-            sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{stage!="sink",le=~"{{ $le }}"}[{{ $window }}]))
+            sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{ {{- $and }}stage!="sink",le=~"{{ $le }}"}[{{ $window }}]))
             or
-            sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{stage="sink",le=~"{{ $sinkLe }}"}[{{ $window }}]))
+            sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{ {{- $and }}stage="sink",le=~"{{ $sinkLe }}"}[{{ $window }}]))
           )
           /
-          sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_count[{{ $window }}]))
+          sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_count{{ $in }}[{{ $window }}]))
       {{- end }}
       # Watermark skew: seconds the Spark sink's watermark lagged the clock by less
       # than the probe's sink.skew_threshold, over all seconds observed. The probe
@@ -142,9 +159,9 @@ groups:
       {{- range $window := $windows }}
       - record: target:synthetic_sla_watermark_skew:ratio_rate{{ $window }}
         expr: |-
-          sum by (target) (rate(synthetic_sla_watermark_skew_good_seconds_total[{{ $window }}]))
+          sum by (target) (rate(synthetic_sla_watermark_skew_good_seconds_total{{ $in }}[{{ $window }}]))
           /
-          sum by (target) (rate(synthetic_sla_watermark_skew_observed_seconds_total[{{ $window }}]))
+          sum by (target) (rate(synthetic_sla_watermark_skew_observed_seconds_total{{ $in }}[{{ $window }}]))
       {{- end }}
       # Group commits: the group stage's offset commits acknowledged within the
       # threshold (the commit histogram's bucket on it; the histogram holds successful
@@ -154,12 +171,12 @@ groups:
       {{- range $window := $windows }}
       - record: target:synthetic_sla_group_commit_latency:ratio_rate{{ $window }}
         expr: |-
-          sum by (target) (rate(synthetic_sla_group_commit_latency_seconds_bucket{le=~"{{ $commitLe }}"}[{{ $window }}]))
+          sum by (target) (rate(synthetic_sla_group_commit_latency_seconds_bucket{ {{- $and }}le=~"{{ $commitLe }}"}[{{ $window }}]))
           /
           (
-            sum by (target) (rate(synthetic_sla_group_commit_latency_seconds_count[{{ $window }}]))
+            sum by (target) (rate(synthetic_sla_group_commit_latency_seconds_count{{ $in }}[{{ $window }}]))
             +
-            sum by (target) (rate(synthetic_sla_group_commit_failures_total[{{ $window }}]))
+            sum by (target) (rate(synthetic_sla_group_commit_failures_total{{ $in }}[{{ $window }}]))
           )
       {{- end }}
   - name: synthetic-sla-probe.slo-alerts
@@ -175,9 +192,9 @@ groups:
           or
           {{- end }}
           (
-            (1 - {{ $sli.record }}:synthetic_sla_{{ $sli.name }}:ratio_rate{{ index $pair 0 }}) / (1 - {{ $sli.objective }}) > {{ index $pair 2 }}
+            (1 - {{ $sli.record }}:synthetic_sla_{{ $sli.name }}:ratio_rate{{ index $pair 0 }}{{ $in }}) / (1 - {{ $sli.objective }}) > {{ index $pair 2 }}
             and
-            (1 - {{ $sli.record }}:synthetic_sla_{{ $sli.name }}:ratio_rate{{ index $pair 1 }}) / (1 - {{ $sli.objective }}) > {{ index $pair 2 }}
+            (1 - {{ $sli.record }}:synthetic_sla_{{ $sli.name }}:ratio_rate{{ index $pair 1 }}{{ $in }}) / (1 - {{ $sli.objective }}) > {{ index $pair 2 }}
           )
           {{- end }}
         labels:
@@ -202,7 +219,7 @@ groups:
       # silent. A healthy partition peaks at one interval plus the latency; the
       # threshold is three missed rounds, and never under a minute.
       - alert: SyntheticSlaPartitionSilent
-        expr: max by (target, stage, partition) (synthetic_sla_partition_staleness_seconds) > {{ $silentAfter }}
+        expr: max by (target, stage, partition) (synthetic_sla_partition_staleness_seconds{{ $in }}) > {{ $silentAfter }}
         labels:
           severity: {{ index $severity .severity }}
           {{- with $alerts.additionalLabels }}
@@ -223,7 +240,7 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
       # Given up: the restart strategy hit its failure-rate cap and nothing restarts the
       # query until the probe restarts. The gauge is latched, so it needs no `for`.
       - alert: SyntheticSlaSinkQueryDown
-        expr: max by (target) (synthetic_sla_spark_query_failed) == 1
+        expr: max by (target) (synthetic_sla_spark_query_failed{{ $in }}) == 1
         labels:
           severity: {{ index $severity .severity }}
           state: given_up
@@ -238,9 +255,9 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
       # its backoff and a cold first batch take.
       - alert: SyntheticSlaSinkQueryDown
         expr: |-
-          (min by (target) (synthetic_sla_spark_query_up) == 0)
+          (min by (target) (synthetic_sla_spark_query_up{{ $in }}) == 0)
           unless
-          (max by (target) (synthetic_sla_spark_query_failed) == 1)
+          (max by (target) (synthetic_sla_spark_query_failed{{ $in }}) == 1)
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -259,7 +276,7 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
       # A count over a window holds the alert for that window: a `for` on top would only
       # fire it late, or after the loop had ended.
       - alert: SyntheticSlaSinkRestartLoop
-        expr: sum by (target) (increase(synthetic_sla_spark_query_restarts_total[{{ .window }}])) >= {{ .restarts }}
+        expr: sum by (target) (increase(synthetic_sla_spark_query_restarts_total{{ $in }}[{{ .window }}])) >= {{ .restarts }}
         labels:
           severity: {{ index $severity .severity }}
           {{- with $alerts.additionalLabels }}
@@ -276,7 +293,7 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
       # Checkpoint health, failures: the query died writing or reading its checkpoint
       # (offset log, commit log, state). Held for the window, like the restart loop.
       - alert: SyntheticSlaSinkCheckpointFailing
-        expr: sum by (target) (increase(synthetic_sla_spark_query_restarts_total{reason="checkpoint"}[{{ .window }}])) > 0
+        expr: sum by (target) (increase(synthetic_sla_spark_query_restarts_total{ {{- $and }}reason="checkpoint"}[{{ .window }}])) > 0
         labels:
           severity: {{ index $severity .severity }}
           {{- with $alerts.additionalLabels }}
@@ -290,7 +307,7 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
       {{- end }}
       {{- with $alerts.sinkCheckpointSlow }}
       {{- if .enabled }}
-      {{- $recent := printf "sum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_sum[%s]))\n/\nsum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_count[%s]))" .window .window }}
+      {{- $recent := printf "sum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_sum%s[%s]))\n/\nsum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_count%s[%s]))" $in .window $in .window }}
       # Checkpoint health, duration: the mean commit time per micro-batch (offset WAL and
       # commit log) over the recent window against its own mean over the baseline
       # window, with an absolute floor so a fast checkpoint's noise never fires it.
@@ -300,9 +317,9 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
             {{- $recent | nindent 12 }}
           )
           > {{ .factor }} * (
-            sum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_sum[{{ .baselineWindow }}]))
+            sum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_sum{{ $in }}[{{ .baselineWindow }}]))
             /
-            sum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_count[{{ .baselineWindow }}]))
+            sum by (target) (rate(synthetic_sla_spark_commit_duration_seconds_count{{ $in }}[{{ .baselineWindow }}]))
           )
           and
           (
@@ -327,9 +344,9 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
       # breaks the streak at once; a steady backlog does not grow.
       - alert: SyntheticSlaSinkLagGrowing
         expr: |-
-          sum by (target) (synthetic_sla_spark_source_lag_records)
+          sum by (target) (synthetic_sla_spark_source_lag_records{{ $in }})
           >
-          sum by (target) (synthetic_sla_spark_source_lag_records offset 5m)
+          sum by (target) (synthetic_sla_spark_source_lag_records{{ $in }} offset 5m)
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -356,7 +373,7 @@ coordinates the group, which the alert's labels cannot carry.
       # (each is one or two; the first join counts one). The counter's increase holds
       # for the window, so no `for`.
       - alert: SyntheticSlaGroupRebalanceStorm
-        expr: max by (target) (increase(synthetic_sla_group_rebalances_total[{{ .window }}])) > {{ .rebalances }}
+        expr: max by (target) (increase(synthetic_sla_group_rebalances_total{{ $in }}[{{ .window }}])) > {{ .rebalances }}
         labels:
           severity: {{ index $severity .severity }}
           state: rebalancing
@@ -370,7 +387,7 @@ coordinates the group, which the alert's labels cannot carry.
       # No assignment, or a rebalance that does not end, for `for`: the group member reads
       # nothing (its first join takes seconds).
       - alert: SyntheticSlaGroupRebalanceStorm
-        expr: min by (target) (synthetic_sla_group_stable) == 0
+        expr: min by (target) (synthetic_sla_group_stable{{ $in }}) == 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -391,7 +408,7 @@ coordinates the group, which the alert's labels cannot carry.
       # fails a commit or two and is over before `for`; reasons that alternate (a
       # timeout, then the coordinator moved) are still one failure that goes on.
       - alert: SyntheticSlaGroupCommitFailing
-        expr: sum by (target) (increase(synthetic_sla_group_commit_failures_total[{{ .window }}])) > 0
+        expr: sum by (target) (increase(synthetic_sla_group_commit_failures_total{{ $in }}[{{ .window }}])) > 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -407,7 +424,7 @@ coordinates the group, which the alert's labels cannot carry.
       {{- with $alerts.invalidCanaries }}
       {{- if .enabled }}
       - alert: SyntheticSlaInvalidCanaries
-        expr: sum by (target, stage, reason) (increase(synthetic_sla_invalid_total[{{ .window }}])) > 0
+        expr: sum by (target, stage, reason) (increase(synthetic_sla_invalid_total{{ $in }}[{{ .window }}])) > 0
         labels:
           severity: {{ index $severity .severity }}
           {{- with $alerts.additionalLabels }}
@@ -428,7 +445,7 @@ coordinates the group, which the alert's labels cannot carry.
       # a clock that stays ahead; one clock step (an NTP correction) dates one round's
       # canaries and is over before `for`.
       - alert: SyntheticSlaClockSkew
-        expr: sum by (target, stage) (increase(synthetic_sla_future_dated_total[{{ .window }}])) > 0
+        expr: sum by (target, stage) (increase(synthetic_sla_future_dated_total{{ $in }}[{{ .window }}])) > 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -447,7 +464,7 @@ coordinates the group, which the alert's labels cannot carry.
       {{- $anomalySeverity := index $severity .severity }}
       {{- range $anomaly := list "duplicate" "out_of_order" }}
       - alert: SyntheticSlaDuplicatesOrReordering
-        expr: sum by (target, stage) (increase(synthetic_sla_{{ ternary "duplicates" "out_of_order" (eq $anomaly "duplicate") }}_total[{{ $window }}])) > 0
+        expr: sum by (target, stage) (increase(synthetic_sla_{{ ternary "duplicates" "out_of_order" (eq $anomaly "duplicate") }}_total{{ $in }}[{{ $window }}])) > 0
         labels:
           severity: {{ $anomalySeverity }}
           anomaly: {{ $anomaly }}
@@ -466,7 +483,7 @@ coordinates the group, which the alert's labels cannot carry.
       # While the probe cannot connect it sends no canaries, so no outcome is counted and
       # the SLO burn alerts are blind: this alert covers that case.
       - alert: SyntheticSlaTargetNotReady
-        expr: min by (target) (synthetic_sla_target_ready) == 0
+        expr: min by (target) (synthetic_sla_target_ready{{ $in }}) == 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -528,9 +545,9 @@ coordinates the group, which the alert's labels cannot carry.
       # round), the per-partition alert above fires instead and this one stays quiet.
       - alert: SyntheticSlaPartitionSilent
         expr: |-
-          max by (target, stage) (synthetic_sla_staleness_max_seconds) > {{ $silentAfter }}
+          max by (target, stage) (synthetic_sla_staleness_max_seconds{{ $in }}) > {{ $silentAfter }}
           unless on (target, stage)
-          max by (target, stage) (synthetic_sla_partition_staleness_seconds)
+          max by (target, stage) (synthetic_sla_partition_staleness_seconds{{ $in }})
         labels:
           severity: {{ index $severity .severity }}
           # Tells this form from the per-partition one (promtool rejects two rules of
@@ -550,9 +567,9 @@ coordinates the group, which the alert's labels cannot carry.
       {{- range $window := list "5m" "30m" "1h" "6h" }}
       - record: target_stage_broker:synthetic_sla_availability:ratio_rate{{ $window }}
         expr: |-
-          sum by (target, stage, broker) (rate(synthetic_sla_broker_canaries_total{outcome="delivered"}[{{ $window }}]))
+          sum by (target, stage, broker) (rate(synthetic_sla_broker_canaries_total{ {{- $and }}outcome="delivered"}[{{ $window }}]))
           /
-          sum by (target, stage, broker) (rate(synthetic_sla_broker_canaries_total[{{ $window }}]))
+          sum by (target, stage, broker) (rate(synthetic_sla_broker_canaries_total{{ $in }}[{{ $window }}]))
       {{- end }}
       {{- with $alerts.brokerBurn }}
       {{- if .enabled }}
@@ -563,15 +580,15 @@ coordinates the group, which the alert's labels cannot carry.
       - alert: SyntheticSlaBrokerAvailabilityBurn
         expr: |-
           (
-            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate1h) / (1 - {{ $objective }}) > 14.4
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate1h{{ $in }}) / (1 - {{ $objective }}) > 14.4
             and
-            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate5m) / (1 - {{ $objective }}) > 14.4
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate5m{{ $in }}) / (1 - {{ $objective }}) > 14.4
           )
           or
           (
-            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate6h) / (1 - {{ $objective }}) > 6
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate6h{{ $in }}) / (1 - {{ $objective }}) > 6
             and
-            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate30m) / (1 - {{ $objective }}) > 6
+            (1 - target_stage_broker:synthetic_sla_availability:ratio_rate30m{{ $in }}) / (1 - {{ $objective }}) > 6
           )
         labels:
           severity: {{ index $severity .severity }}
@@ -603,7 +620,7 @@ whether the broker is in the metadata (up), and which brokers are out of sync.
       # under-replicated has a replica out of sync on some broker, so this fires for
       # every under-replicated partition that stays so, naming the broker.
       - alert: SyntheticSlaReplicasUnderReplicated
-        expr: max by (target, broker) (synthetic_sla_broker_replicas_out_of_sync) > 0
+        expr: max by (target, broker) (synthetic_sla_broker_replicas_out_of_sync{{ $in }}) > 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -624,7 +641,7 @@ whether the broker is in the metadata (up), and which brokers are out of sync.
       # (failed produces, its symptom) and is not inhibited by it, nor it by the page:
       # this ticket is what names the cause (docs/alerting.md).
       - alert: SyntheticSlaReplicasUnderMinIsr
-        expr: max by (target) (synthetic_sla_partitions_under_min_isr) > 0
+        expr: max by (target) (synthetic_sla_partitions_under_min_isr{{ $in }}) > 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -648,7 +665,7 @@ has no replication factor: 0). Folded over replicas of the probe with max.
       {{- with $alerts.brokerUnmeasured }}
       {{- if .enabled }}
       - alert: SyntheticSlaBrokerUnmeasured
-        expr: max by (target) (synthetic_sla_brokers_without_canary_leader) > 0
+        expr: max by (target) (synthetic_sla_brokers_without_canary_leader{{ $in }}) > 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -665,9 +682,9 @@ has no replication factor: 0). Folded over replicas of the probe with max.
       {{- if .enabled }}
       - alert: SyntheticSlaMinInsyncReplicasUnknown
         expr: |-
-          max by (target) (synthetic_sla_min_insync_replicas) == 0
+          max by (target) (synthetic_sla_min_insync_replicas{{ $in }}) == 0
           and on (target)
-          max by (target) (synthetic_sla_replication_factor) > 0
+          max by (target) (synthetic_sla_replication_factor{{ $in }}) > 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -684,9 +701,9 @@ has no replication factor: 0). Folded over replicas of the probe with max.
       {{- if .enabled }}
       - alert: SyntheticSlaMinInsyncReplicasLow
         expr: |-
-          max by (target) (synthetic_sla_min_insync_replicas) == 1
+          max by (target) (synthetic_sla_min_insync_replicas{{ $in }}) == 1
           and on (target)
-          max by (target) (synthetic_sla_replication_factor) >= 3
+          max by (target) (synthetic_sla_replication_factor{{ $in }}) >= 3
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -710,19 +727,19 @@ reconcile.enabled says: without the series, these rules are silent.
       # The last run's discrepancies over the records it judged, worst instance per
       # target: the `reconciliation_mismatch_ratio` of the integrity loop.
       - record: target:synthetic_sla_reconciliation_mismatch:ratio
-        expr: max by (target) (synthetic_sla_reconciliation_mismatch_ratio)
+        expr: max by (target) (synthetic_sla_reconciliation_mismatch_ratio{{ $in }})
       # The same over every run of the last hour, from the counters (for dashboards).
       - record: target:synthetic_sla_reconciliation_mismatch:ratio_rate1h
         expr: |
-          sum by (target) (increase(synthetic_sla_reconciliation_records_total{result=~"missing|extra|duplicated|checksum_mismatch"}[1h]))
+          sum by (target) (increase(synthetic_sla_reconciliation_records_total{ {{- $and }}result=~"missing|extra|duplicated|checksum_mismatch"}[1h]))
           /
-          sum by (target) (increase(synthetic_sla_reconciliation_records_total{result!="unverifiable"}[1h]))
+          sum by (target) (increase(synthetic_sla_reconciliation_records_total{ {{- $and }}result!="unverifiable"}[1h]))
       {{- with $reconcile.alerts.mismatch }}
       {{- if .enabled }}
       # Persistent: every run for `for` found the same records wrong. A record in
       # flight is never counted (the settle delay), so this is data that did not arrive.
       - alert: SyntheticSlaReconciliationMismatch
-        expr: target:synthetic_sla_reconciliation_mismatch:ratio > {{ .threshold }}
+        expr: target:synthetic_sla_reconciliation_mismatch:ratio{{ $in }} > {{ .threshold }}
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -741,7 +758,7 @@ reconcile.enabled says: without the series, these rules are silent.
       # No run completed for `runs` periods: the integrity check itself is down, and
       # the mismatch alert cannot fire. 0 (never) counts as stale.
       - alert: SyntheticSlaReconciliationStale
-        expr: time() - max by (target) (synthetic_sla_reconciliation_last_success_timestamp_seconds) > {{ $staleAfter }}
+        expr: time() - max by (target) (synthetic_sla_reconciliation_last_success_timestamp_seconds{{ $in }}) > {{ $staleAfter }}
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -777,7 +794,7 @@ without persistence forgets every group: neither alert can fire until a run push
       # the alert lasts until a run passes. `for` lets a re-run that passes at once (a
       # deploy pipeline's retry) open no ticket.
       - alert: SyntheticSlaSmokeTestFailed
-        expr: max by (job, instance, target) (synthetic_sla_smoke_success) == 0
+        expr: max by (job, instance, target) (synthetic_sla_smoke_success{{ $in }}) == 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -798,7 +815,7 @@ without persistence forgets every group: neither alert can fire until a run push
       # cannot fire. The pushed timestamp is when the run ended, so a healthy group
       # peaks at one period plus the run's length.
       - alert: SyntheticSlaSmokeTestStale
-        expr: time() - max by (job, instance, target) (synthetic_sla_smoke_last_run_timestamp_seconds) > {{ $staleAfter }}
+        expr: time() - max by (job, instance, target) (synthetic_sla_smoke_last_run_timestamp_seconds{{ $in }}) > {{ $staleAfter }}
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
