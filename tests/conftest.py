@@ -312,6 +312,29 @@ def start_probe(tmp_path: Path) -> Iterator[Callable[..., RunningProbe]]:
         print(f"--- last lines of {probe.log.name} ---", *(line[:300] for line in tail), sep="\n")
 
 
+# --- Prometheus: a real server scraping probes (see tests/prometheus.py) ---------------
+
+
+@pytest.fixture
+def start_prometheus(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Start a real Prometheus scraping the probes on these ports (an instance each),
+    with the shipped rules: ``start_prometheus(port, ...) -> tests.prometheus.Prometheus``."""
+    # tests.prometheus waits with this module's wait_for: imported once this one is.
+    from tests.prometheus import Prometheus, launch_prometheus, scraping_probes  # noqa: PLC0415
+
+    started: list[Prometheus] = []
+
+    def start(*probe_ports: int) -> Prometheus:
+        prometheus = launch_prometheus(tmp_path, scraping_probes(*probe_ports))
+        started.append(prometheus)
+        return prometheus
+
+    yield start
+    for prometheus in started:
+        prometheus.process.terminate()
+        prometheus.process.wait(10)
+
+
 # --- MQTT: real Mosquitto brokers of the tests' own (see tests/mosquitto.py) ----------
 
 

@@ -12,23 +12,14 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
-import subprocess
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import pytest
-import yaml
-
-from probe.embedded import EmbeddedBroker, free_loopback_port
+from probe.embedded import EmbeddedBroker
 from tests.conftest import RunningProbe, run_args, wait_for
+from tests.prometheus import Prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAIN_RULES = ROOT / "charts" / "prometheus" / "synthetic-sla-probe.rules.yml"
 DASHBOARD = ROOT / "charts" / "synthetic-sla-probe" / "dashboards" / "synthetic-sla-probe.json"
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
 AVAILABILITY = 'target_stage:synthetic_sla_availability:ratio_rate5m{stage="consumer"}'
@@ -42,112 +33,6 @@ sort_desc(
   )
 )
 """
-
-
-class Prometheus:
-    def __init__(self, port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-        self.port = port
-        self.process = process
-        self.log = log
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        """The instant query's result vector; fails on a query error."""
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
-            {"query": promql}
-        )
-        try:
-            with urllib.request.urlopen(url, timeout=5) as reply:
-                body = json.load(reply)
-        except urllib.error.HTTPError as error:
-            pytest.fail(f"query failed: {promql}\n{error.read().decode()}")
-        assert body["status"] == "success", body
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    def query_error(self, promql: str) -> str | None:
-        """Prometheus's reason for refusing the query, None when it answers."""
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
-            {"query": promql}
-        )
-        try:
-            with urllib.request.urlopen(url, timeout=5):
-                return None
-        except urllib.error.HTTPError as error:
-            reason: str = json.loads(error.read())["error"]
-            return reason
-
-    def value(self, promql: str) -> float | None:
-        """The single sample's value, None while there is none."""
-        result = self.query(promql)
-        assert len(result) <= 1, result
-        return float(result[0]["value"][1]) if result else None
-
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-
-def launch_prometheus(tmp_path: Path, config: dict[str, Any]) -> Prometheus:
-    """A real Prometheus with this configuration, on a free port, once it is ready;
-    the caller terminates it."""
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus is not installed: `make test` installs it (Debian package)"
-    config_file = tmp_path / "prometheus.yml"
-    config_file.write_text(yaml.safe_dump(config))
-    port = free_loopback_port()
-    log = tmp_path / "prometheus.log"
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config_file}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    prometheus = Prometheus(port, process, log)
-    wait_for(
-        lambda: process.poll() is not None or prometheus.ready(),
-        timeout=30,
-        what="Prometheus ready",
-    )
-    assert process.poll() is None, log.read_text()
-    return prometheus
-
-
-@pytest.fixture
-def start_prometheus(tmp_path: Path) -> Iterator[Callable[[int], Prometheus]]:
-    """Start Prometheus scraping the probe on a port, with the shipped rules."""
-    started: list[Prometheus] = []
-
-    def start(probe_port: int) -> Prometheus:
-        config = {
-            "global": {
-                "scrape_interval": "1s",
-                "scrape_timeout": "1s",
-                "evaluation_interval": "1s",
-            },
-            "rule_files": [str(PLAIN_RULES)],
-            # The job name the probe-down and probe-absent alerts select.
-            "scrape_configs": [
-                {
-                    "job_name": "synthetic-sla-probe",
-                    "static_configs": [{"targets": [f"127.0.0.1:{probe_port}"]}],
-                }
-            ],
-        }
-        prometheus = launch_prometheus(tmp_path, config)
-        started.append(prometheus)
-        return prometheus
-
-    yield start
-    for prometheus in started:
-        prometheus.process.terminate()
-        prometheus.process.wait(10)
 
 
 def dashboard_queries() -> list[str]:
@@ -177,7 +62,7 @@ def test_prometheus_measures_the_slo_of_a_running_probe(
     topic: str,
     key_file: Path,
     start_probe: Callable[..., RunningProbe],
-    start_prometheus: Callable[[int], Prometheus],
+    start_prometheus: Callable[..., Prometheus],
 ) -> None:
     probe = start_probe(*run_args(own_broker.bootstrap_servers, topic, key_file))
     # Canaries flow before Prometheus first scrapes: whatever happened while the topic

@@ -20,7 +20,7 @@ from probe.embedded import EmbeddedBroker, free_loopback_port
 from tests.certificates import CertificateAuthority
 from tests.conftest import SLA_PROBE, run_args, wait_for
 from tests.endpoint_client import EndpointClient
-from tests.test_prometheus_e2e import Prometheus, launch_prometheus
+from tests.prometheus import Prometheus, launch_prometheus
 
 USER, PASSWORD = "prometheus", "s3cret"
 JOB = "synthetic-sla-probe"

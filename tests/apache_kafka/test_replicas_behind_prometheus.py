@@ -13,23 +13,16 @@ still be named by the documented join, with its broker and that broker's address
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import pytest
 import yaml
 
 from probe.apache_kafka.cluster import KafkaCluster
 from tests.apache_kafka.kafka_admin import create_topic
 from tests.conftest import RunningProbe, run_args, wait_for
-from tests.test_prometheus_e2e import (
-    PARTITION_TO_BROKER,
-    PLAIN_RULES,
-    Prometheus,
-    dashboard_queries,
-    launch_prometheus,
-)
+from tests.prometheus import PLAIN_RULES, Prometheus
+from tests.test_prometheus_e2e import PARTITION_TO_BROKER, dashboard_queries
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -91,32 +84,6 @@ def test_the_queries_found_are_the_ones_the_on_call_is_handed() -> None:
     assert 'listed="true"' in alerts["SyntheticSlaReplicasUnderReplicated"]
 
 
-@pytest.fixture
-def prometheus_of(tmp_path: Path) -> Iterator[Callable[[list[int]], Prometheus]]:
-    started: list[Prometheus] = []
-
-    def start(ports: list[int]) -> Prometheus:
-        config: dict[str, Any] = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
-                       "evaluation_interval": "1s"},
-            "rule_files": [str(PLAIN_RULES)],
-            # One job, one instance per replica: as a ServiceMonitor or a pod
-            # discovery scrapes the chart's pods.
-            "scrape_configs": [{
-                "job_name": "synthetic-sla-probe",
-                "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports]}],
-            }],
-        }  # fmt: skip
-        prometheus = launch_prometheus(tmp_path, config)
-        started.append(prometheus)
-        return prometheus
-
-    yield start
-    for prometheus in started:
-        prometheus.process.terminate()
-        prometheus.process.wait(10)
-
-
 def evaluate_everything(prometheus: Prometheus) -> None:
     """Every query handed to the on-call, evaluated: Prometheus.query fails the test
     on an error, with the query and Prometheus's reason."""
@@ -142,7 +109,7 @@ def test_two_replicas_every_query_answers_and_the_partition_at_fault_is_named(
     topic: str,
     key_file: Path,
     start_probe: Callable[..., RunningProbe],
-    prometheus_of: Callable[[list[int]], Prometheus],
+    start_prometheus: Callable[..., Prometheus],
 ) -> None:
     cluster = own_kafka_cluster
     # One partition per broker, each with its only replica there: stopping broker 2
@@ -154,7 +121,8 @@ def test_two_replicas_every_query_answers_and_the_partition_at_fault_is_named(
     for replica in replicas:
         wait_for(lambda r=replica: r.canaries("delivered") >= 6, timeout=60,
                  what="canaries through every broker")  # fmt: skip
-    prometheus = prometheus_of([replica.port for replica in replicas])
+    # One job, an instance per replica: as a ServiceMonitor scrapes the chart's pods.
+    prometheus = start_prometheus(*(replica.port for replica in replicas))
     instances = {f"127.0.0.1:{replica.port}" for replica in replicas}
 
     join = filled(PARTITION_TO_BROKER)

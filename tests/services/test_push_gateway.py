@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from probe.embedded import LoopbackServer, free_loopback_port
 from tests.certificates import CertificateAuthority
 from tests.conftest import SLA_PROBE, wait_for
-from tests.test_prometheus_e2e import launch_prometheus
+from tests.prometheus import launch_prometheus
 from tests.test_slo_rules import render_rules
 
 USER, PASSWORD = "ci", "push-s3cret"
