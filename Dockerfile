@@ -21,11 +21,19 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-# uv installs exactly what uv.lock pins, hashes checked.
-RUN pip install --no-cache-dir "uv==0.13.9"
+# uv installs exactly what uv.lock pins, hashes checked. uv itself is the pinned wheel
+# from PyPI, its SHA-256 checked, fetched by the standard library alone as make fetches
+# it (.ci/toolchain.py): a base of Debian's own python3 has no pip and refuses
+# `pip install` (PEP 668), and the official python image needs none either.
+COPY .ci/toolchain.py /tmp/toolchain.py
+RUN uv=$(XDG_CACHE_HOME=/opt/toolchain python3 /tmp/toolchain.py uv) \
+ && ln -s "$uv" /usr/local/bin/uv
+# The venv's python is the base image's own (/usr/local/bin/python3 in the official
+# image, /usr/bin/python3 in Debian's), which the runtime stage has at the same path.
 ENV UV_COMPILE_BYTECODE=1 \
     UV_LINK_MODE=copy \
     UV_PYTHON_DOWNLOADS=never \
+    UV_PYTHON_PREFERENCE=only-system \
     UV_PROJECT_ENVIRONMENT=/opt/sla-probe
 WORKDIR /src
 # Dependencies first, in their own layer: it is rebuilt only when the lock changes.
@@ -71,6 +79,9 @@ ENV PATH=/opt/sla-probe/bin:$PATH \
     PYSPARK_PYTHON=/opt/sla-probe/bin/python \
     CALF_TANSU_BIN=/opt/sla-probe/bin/tansu \
     JAVA_HOME=/usr/lib/jvm/java-17-openjdk-${TARGETARCH}
+# The venv's interpreter is there and runs the probe: a base image without it fails
+# here, not in a pod.
+RUN sla-probe --help >/dev/null
 USER 10001:10001
 EXPOSE 9464
 ENTRYPOINT ["/usr/bin/tini", "--", "sla-probe"]
