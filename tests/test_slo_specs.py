@@ -145,7 +145,7 @@ def test_specs_carry_the_objectives_and_thresholds_of_the_rules() -> None:
     rules = render_rules.dump(render_rules.render_rule_groups(values))
     assert 'le=~"0\\\\.25(\\\\.0)?"' in rules
     assert 'le=~"10(\\\\.0)?"' in rules
-    assert "vector(0.995)" in rules
+    assert "0.995 + 0 * group by (target)" in rules
 
 
 # -- the chart -----------------------------------------------------------------------------
