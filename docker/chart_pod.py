@@ -325,12 +325,15 @@ def _get(url: str, auth: tuple[str, str] | None = None) -> tuple[int, str]:
 
 
 def _delivered_series(metrics: str) -> dict[str, float]:
-    found = re.findall(
-        r'^synthetic_sla_canaries_total\{[^}]*stage="(\w+)"[^}]*outcome="delivered"[^}]*\} (\S+)$',
-        metrics,
-        flags=re.MULTILINE,
-    )
-    return {stage: float(value) for stage, value in found}
+    """synthetic_sla_canaries_total's delivered count per stage (labels in any order)."""
+    delivered = {}
+    for labels, value in re.findall(
+        r"^synthetic_sla_canaries_total\{([^}]*)\} (\S+)$", metrics, flags=re.MULTILINE
+    ):
+        named = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if named.get("outcome") == "delivered":
+            delivered[named["stage"]] = float(value)
+    return delivered
 
 
 def check_run(engine: Engine, values: dict[str, Any], files: Path, *, auth: bool) -> str:
