@@ -658,9 +658,10 @@ whether the broker is in the metadata (up), and which brokers are out of sync.
 Blind spots: what the probe cannot see must open a ticket, not stay silent. A broker
 that leads no canary partition is not measured (its canaries are other brokers');
 without DescribeConfigs the topic's min.insync.replicas is unknown and the under-min-ISR
-ticket above can never fire; and a topic of three replicas or more with a min ISR of 1
-lets an acks=all write succeed on one copy. Series of Kafka targets only (an MQTT target
-has no replication factor: 0). Folded over replicas of the probe with max.
+ticket above can never fire (where it could: a topic of one replica is under min ISR
+only when offline, which has signals of its own; an MQTT target has no replication
+factor, 0); and a topic of three replicas or more with a min ISR of 1 lets an acks=all
+write succeed on one copy. Folded over replicas of the probe with max.
 */}}
       {{- with $alerts.brokerUnmeasured }}
       {{- if .enabled }}
@@ -684,7 +685,7 @@ has no replication factor: 0). Folded over replicas of the probe with max.
         expr: |-
           max by (target) (synthetic_sla_min_insync_replicas{{ $in }}) == 0
           and on (target)
-          max by (target) (synthetic_sla_replication_factor{{ $in }}) > 0
+          max by (target) (synthetic_sla_replication_factor{{ $in }}) > 1
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}

@@ -39,7 +39,7 @@ BROKER = 4
 # IncrementalAlterConfigs operations.
 _SET, _DELETE = 0, 1
 # ElectLeaders election types.
-_UNCLEAN = 1
+_PREFERRED, _UNCLEAN = 0, 1
 # Election results that are no refusal: the partition already has a leader.
 _ELECTION_NOT_NEEDED = 84
 # DescribeConfigs config_source of a setting made on the topic itself.
@@ -163,19 +163,25 @@ class ElectLeadersRequest_v1(RequestStruct):  # type: ignore[misc]
     )
 
 
-class UncleanElectionRequest(Request[ElectLeadersRequest_v1]):  # type: ignore[misc]
-    """An unclean leader election (KIP-460) for some partitions of one topic: the
-    controller elects a live replica outside the ISR where no ISR member is alive."""
+class ElectionRequest(Request[ElectLeadersRequest_v1]):  # type: ignore[misc]
+    """A leader election (KIP-460) for some partitions of one topic: preferred (the
+    first replica, where it is in sync) or unclean (a live replica outside the ISR
+    where no ISR member is alive)."""
 
     API_KEY = 43
 
-    def __init__(self, topic: str, partitions: Sequence[int], timeout_ms: int) -> None:
+    def __init__(
+        self, election_type: int, topic: str, partitions: Sequence[int], timeout_ms: int
+    ) -> None:
+        self._election_type = election_type
         self._topic = topic
         self._partitions = list(partitions)
         self._timeout_ms = timeout_ms
 
     def build(self, request_struct_class: type[ElectLeadersRequest_v1]) -> ElectLeadersRequest_v1:
-        return request_struct_class(_UNCLEAN, [(self._topic, self._partitions)], self._timeout_ms)
+        return request_struct_class(
+            self._election_type, [(self._topic, self._partitions)], self._timeout_ms
+        )
 
 
 class ClusterAdmin:
@@ -263,8 +269,14 @@ class ClusterAdmin:
     def elect_unclean(self, topic: str, partitions: Sequence[int]) -> list[str]:
         """An unclean election of these partitions; a partition that has a leader
         already is no problem."""
-        request = UncleanElectionRequest(topic, partitions, REQUEST_TIMEOUT_MS)
+        request = ElectionRequest(_UNCLEAN, topic, partitions, REQUEST_TIMEOUT_MS)
         return self._send(request, _election_errors, "unclean election")
+
+    def elect_preferred(self, topic: str, partitions: Sequence[int]) -> list[str]:
+        """A preferred election of these partitions; one led by its preferred replica
+        already is no problem."""
+        request = ElectionRequest(_PREFERRED, topic, partitions, REQUEST_TIMEOUT_MS)
+        return self._send(request, _election_errors, "preferred election")
 
     def reassign(self, topic: str, replicas: Mapping[int, Sequence[int]]) -> list[str]:
         """Start reassigning these partitions to these replica lists (the first the

@@ -282,7 +282,14 @@ class KafkaRollingRestartFault:
     """Each broker in turn, the active controller last (as an operator rolls a
     cluster): controlled stop, start, and wait until every canary partition and
     ``__consumer_offsets`` has its full ISR before the next. The roll runs in a thread
-    of its own through the fault phase; heal waits for it to end."""
+    of its own through the fault phase; heal waits for it to end.
+
+    The roll ends with a preferred leader election of the canary topic: what Kafka's
+    own auto.leader.rebalance.enable does in production within its check interval
+    (leader.imbalance.check.interval.seconds, 300 s), and the probe's topic management
+    within its five minutes. A game day compresses time and ends sooner: without it the
+    broker restarted last would still lead nothing at the end, and the replay, which
+    holds the last state for its tail, would see it unmeasured for good."""
 
     def __init__(self, spec: KafkaRollingRestart, targets: LocalTargets) -> None:
         self.cluster = targets.kafka_cluster()
@@ -304,8 +311,18 @@ class KafkaRollingRestartFault:
         try:
             for node_id in self.order:
                 self._restart(node_id)
+            self.log("preferred leaders elected", self._elect_preferred)
         except BaseException as error:  # handed to heal(), on the runner's thread
             self._error = error
+
+    def _elect_preferred(self) -> None:
+        partitions = _topic_partitions(self.bootstrap_servers, self.topic)
+        with ClusterAdmin(self.bootstrap_servers) as admin:
+            problems = admin.elect_preferred(
+                self.topic, sorted(int(p["partition"]) for p in partitions)
+            )
+        if problems:
+            raise ClusterFaultError(f"preferred election: {'; '.join(problems)}")
 
     def _restart(self, node_id: int) -> None:
         self.log(f"broker {node_id}: controlled stop", self.cluster.node(node_id).stop)
