@@ -31,7 +31,7 @@ DEBIAN_PACKAGES := $(DEMO_DEBIAN_PACKAGES) openssl:openssl \
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test setup system-deps demo-system-deps python-deps demo-deps uv kafka spark-kafka junit-schema \
-  sloth lint docs bench lock rules slo-specs dashboard reference gameday detection-table clean
+  sloth lint docs bench lock rules slo-specs dashboard reference gameday gameday-tests detection-table clean
 
 demo: demo-deps
 	$(VENV)/bin/sla-probe once --embedded --stages consumer,sink
@@ -153,9 +153,13 @@ reference: python-deps
 # election under the sink, a member flapping in the probe's group), which `make test`
 # leaves out for time; then every local scenario, the slow ones too, each held to its
 # `expect:`.
-gameday: setup
-	$(VENV)/bin/pytest -m gameday
+gameday: gameday-tests
 	$(VENV)/bin/sla-probe gameday --all scenarios/ --slow
+
+# The slow game days of the test suite alone (about 9 minutes on two cores): CI runs
+# them after `make test` (.ci/run); every scenario (above) takes an hour more.
+gameday-tests: setup
+	$(VENV)/bin/pytest -m gameday
 
 # Run every local scenario and rewrite the table of measured times-to-detect in
 # docs/detection.md (README links to it).
