@@ -339,12 +339,23 @@ def test_a_rolling_restart_restarts_each_broker_once_the_controller_last(
     # Heal returned with the last broker back in every ISR.
     described = describe(cluster_targets.bootstrap_servers, cluster_targets.topic)
     assert all(set(d.isr) == {1, 2, 3} for d in described.values()), described
+    # And each partition led by its preferred replica again, as Kafka's own leader
+    # rebalance leaves it in production (its five minutes outlast a game day); the
+    # election's result reaches every broker's metadata a moment later.
+    wait_for(
+        lambda: all(
+            d.leader == d.replicas[0]
+            for d in describe(cluster_targets.bootstrap_servers, cluster_targets.topic).values()
+        ),
+        timeout=10,
+        what="every partition led by its preferred replica",
+    )
     steps = (cluster.workdir / "faults.log").read_text().splitlines()
     assert [line.split(" ", 1)[1].rsplit(":", 1)[0] for line in steps] == [
         f"broker {i}: {step}"
         for i in fault.order
         for step in ("controlled stop", "started and registered", "every ISR full")
-    ]
+    ] + ["preferred leaders elected"]
 
 
 def test_two_brokers_down_leave_every_partition_under_min_isr(
