@@ -156,8 +156,8 @@ reference: python-deps
 gameday: gameday-tests
 	$(VENV)/bin/sla-probe gameday --all scenarios/ --slow
 
-# The slow game days of the test suite alone (about 9 minutes on two cores): CI runs
-# them after `make test` (.ci/run); every scenario (above) takes an hour more.
+# The slow game days of the test suite alone (about 8 minutes on two cores); every
+# scenario (above) takes an hour more.
 gameday-tests: setup
 	$(VENV)/bin/pytest -m gameday
 
