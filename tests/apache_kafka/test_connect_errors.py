@@ -348,6 +348,24 @@ def _set_scram_password(secured: Secured, user: str, password: str) -> None:
         done.result(timeout=30)
 
 
+def _scram_run_args(
+    secured: Secured, user: str, password: str, password_file: Path, key_file: Path
+) -> tuple[str, ...]:
+    """`run` over SASL_SSL with SCRAM-SHA-512 as ``user``, its password set on the
+    cluster and written to ``password_file`` (a mounted Secret), which the config names;
+    the config beside that file."""
+    _set_scram_password(secured, user, password)
+    password_file.write_text(password + "\n")
+    config = password_file.parent / "probe.yaml"
+    config.write_text(yaml.safe_dump({"kafka": {
+        "tls": {"ca_file": secured.file("ca.crt")},
+        "sasl": {"mechanism": "SCRAM-SHA-512", "username": user,
+                 "password_file": str(password_file)},
+    }}))  # fmt: skip
+    return (*run_args(secured.address("SCRAM"), f"sla-{uuid.uuid4().hex[:8]}", key_file),
+            "--config", str(config))  # fmt: skip
+
+
 def test_a_probe_restarted_with_a_rotated_scram_password_keeps_working(
     secured: Secured, start_probe: Any, tmp_path: Path, key_file: Path
 ) -> None:
@@ -355,17 +373,8 @@ def test_a_probe_restarted_with_a_rotated_scram_password_keeps_working(
     in the cluster and in the file, the restarted probe logs in with the new one, and
     the old password is refused by name."""
     user, first, second = "rotating", "first-pass-8c1d", "second-pass-a07e"
-    _set_scram_password(secured, user, first)
     password_file = tmp_path / "password"
-    password_file.write_text(first + "\n")
-    config = tmp_path / "probe.yaml"
-    config.write_text(yaml.safe_dump({"kafka": {
-        "tls": {"ca_file": secured.file("ca.crt")},
-        "sasl": {"mechanism": "SCRAM-SHA-512", "username": user,
-                 "password_file": str(password_file)},
-    }}))  # fmt: skip
-    args = (*run_args(secured.address("SCRAM"), f"sla-{uuid.uuid4().hex[:8]}", key_file),
-            "--config", str(config))  # fmt: skip
+    args = _scram_run_args(secured, user, first, password_file, key_file)
     probe: RunningProbe = start_probe(*args)
     wait_for(lambda: probe.canaries("delivered") >= 2, timeout=60, what="delivered over SCRAM")
     probe.stop()
@@ -395,19 +404,9 @@ def test_a_password_changed_on_the_cluster_only_is_named_mid_run(
     one log line name kafka.sasl.password_file; once the file holds the new password,
     the same process delivers again."""
     user, first, second = "forgetful", "first-pass-31c9", "second-pass-77d0"
-    _set_scram_password(secured, user, first)
     password_file = tmp_path / "password"
-    password_file.write_text(first + "\n")
-    config = tmp_path / "probe.yaml"
-    config.write_text(yaml.safe_dump({"kafka": {
-        "tls": {"ca_file": secured.file("ca.crt")},
-        "sasl": {"mechanism": "SCRAM-SHA-512", "username": user,
-                 "password_file": str(password_file)},
-    }}))  # fmt: skip
-    probe: RunningProbe = start_probe(
-        *run_args(secured.address("SCRAM"), f"sla-{uuid.uuid4().hex[:8]}", key_file),
-        "--config", str(config),
-    )  # fmt: skip
+    args = _scram_run_args(secured, user, first, password_file, key_file)
+    probe: RunningProbe = start_probe(*args)
     wait_for(lambda: probe.canaries("delivered") >= 2, timeout=60, what="delivered over SCRAM")
 
     def refused() -> float:
