@@ -13,6 +13,18 @@ aiokafka takes the password and the TLS context from its client at each connecti
 opens, and the broker keeps a connection authenticated for as long as it stays open,
 so the clients' next connections (a broker restarted, a connection dropped) log in
 with the new ones.
+
+**No topic made by asking about it.** aiokafka's metadata requests let the broker
+auto-create the topics they name (``allow_auto_topic_creation``, true unless told, with
+no client option to say otherwise); librdkafka and franz-go (KMinion's client) ask it
+not to. Brokers that auto-create (Apache Kafka's default, the embedded one) would then
+make the canary topic with their own partition count and replication factor whenever a
+probe's client asks about a topic that is gone: a broker back empty after losing its
+storage, or a deleted topic. That topic also hides that the log started over (the
+probe re-creates and follows it, kafka._follow_restarted_logs): the reader waited at its
+old positions, every canary meanwhile lost. The topic is the probe's to provision
+(``kafka.create_topic``) or the operator's; so every metadata request of this process's
+aiokafka clients says no (:class:`_NoAutoCreation`, installed at import).
 """
 
 from __future__ import annotations
@@ -23,8 +35,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiokafka.admin.client
+import aiokafka.client
 from aiokafka.client import AIOKafkaClient
 from aiokafka.helpers import create_ssl_context
+from aiokafka.protocol.metadata import MetadataRequest
 
 from probe.config import KafkaConfig, TlsConfig
 from probe.core.credentials import Renewal, changed, credential_files, renewal
@@ -32,6 +47,22 @@ from probe.core.errors import ConfigError
 from probe.keyfile import FileState, look
 
 log = logging.getLogger(__name__)
+
+
+class _NoAutoCreation(MetadataRequest):  # type: ignore[misc]  # aiokafka is untyped
+    """A metadata request that never has the broker create the topics it names (see
+    the module's doc); versions 0-3 have no such flag, and every broker since Kafka
+    0.11 takes version 4 or later."""
+
+    def __init__(
+        self, topics: list[str] | None = None, allow_auto_topic_creation: bool | None = None
+    ) -> None:
+        super().__init__(topics, allow_auto_topic_creation=bool(allow_auto_topic_creation))
+
+
+# aiokafka's client and admin client build their metadata requests by this name.
+aiokafka.client.MetadataRequest = _NoAutoCreation
+aiokafka.admin.client.MetadataRequest = _NoAutoCreation
 
 
 def connection_options(config: KafkaConfig) -> dict[str, Any]:

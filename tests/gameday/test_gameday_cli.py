@@ -80,21 +80,33 @@ def test_a_cluster_scenario_without_kafkas_jars_says_to_run_make_kafka(tmp_path:
     )
 
 
-def _run(name: str, timeout: float = 240) -> dict[str, Any]:
-    result = _gameday(str(SCENARIOS / f"{name}.yaml"), "--json", timeout=timeout)
+def _run(name: str, workdir: Path, timeout: float = 240) -> dict[str, Any]:
+    result = _gameday(
+        str(SCENARIOS / f"{name}.yaml"), "--json", "--workdir", str(workdir), timeout=timeout
+    )
     assert result.stdout, result.stderr
     report: dict[str, Any] = json.loads(result.stdout)
     assert result.returncode == (0 if report["ok"] else 1)
-    assert report["ok"], json.dumps(report["failures"], indent=1)
+    # A failed game day shows what the probe said: in CI its files are gone after.
+    assert report["ok"], json.dumps(report["failures"], indent=1) + _logs_tail(workdir)
     assert report["figures"]["live"].startswith("observed")
     assert report["figures"]["computed"].startswith("computed")
     return report
 
 
+def _logs_tail(workdir: Path, lines: int = 60) -> str:
+    """The last lines of every log of the run, each named."""
+    return "".join(
+        f"\n--- {log.relative_to(workdir)}:\n"
+        + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+        for log in sorted(workdir.glob("*/*.log"))
+    )
+
+
 @pytest.mark.gameday
 @pytest.mark.broker
-def test_broker_stop_pages_within_an_interval_plus_timeout_and_resolves() -> None:
-    report = _run("broker-stop")
+def test_broker_stop_pages_within_an_interval_plus_timeout_and_resolves(tmp_path: Path) -> None:
+    report = _run("broker-stop", tmp_path)
     by_alert = {(a["alert"], a["labels"].get("partition")): a for a in report["alerts"]}
     page = by_alert["SyntheticSlaAvailabilityBudgetBurn", None]
     assert page["live"]["fired"]
@@ -131,9 +143,11 @@ def test_an_unmet_expectation_exits_1_and_a_table_run_says_which(tmp_path: Path)
 
 
 @pytest.mark.gameday
-def test_a_rolling_restart_of_the_kafka_cluster_pages_nobody_and_loses_no_canary() -> None:
+def test_a_rolling_restart_of_the_kafka_cluster_pages_nobody_and_loses_no_canary(
+    tmp_path: Path,
+) -> None:
     # A cluster to start besides the game day: under 2.5 min here, 3 on a busy machine.
-    report = _run("kafka-rolling-restart", timeout=285)
+    report = _run("kafka-rolling-restart", tmp_path, timeout=285)
     assert report["false_pages"]["computed"] == []
     assert report["canaries"]["lost"] == 0
     assert report["canaries"]["delivered"] > 0

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import UnknownTopicOrPartitionError
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
@@ -21,6 +23,7 @@ from probe.metrics import ProbeMetrics
 from probe.services.report import Tally
 from probe.stages.target import TargetProbe
 from probe.transport import kafka as kafka_transport
+from probe.transport.kafka_client import connection_options
 from tests.conftest import until
 
 
@@ -149,6 +152,10 @@ async def test_a_broker_that_lost_its_data_is_read_from_the_new_log_at_once(
 
         own_broker.stop()
         own_broker.start()
+        # The probe's own clients ask about the topic as they send (the producer) or
+        # read (each lane): the first to ask, before the round's refresh, must not have
+        # the broker auto-create it, hiding that its log started over.
+        await _ask_about(_config(own_broker, topic), topic)
         before = len(findings.fates)
         # The interval of the run this stands for is one second: two rounds a second
         # apart after the broker is back, and the second one must be delivered.
@@ -172,6 +179,18 @@ async def test_a_broker_that_lost_its_data_is_read_from_the_new_log_at_once(
     finally:
         consumer.cancel()
         await probe.close()
+
+
+async def _ask_about(config: ProbeConfig, topic: str) -> None:
+    asking = AIOKafkaProducer(**connection_options(config.kafka))
+    await asking.start()
+    try:
+        # aiokafka asks again until its request timeout; a second is plenty for an
+        # auto-creating broker to answer with the topic.
+        with pytest.raises((UnknownTopicOrPartitionError, TimeoutError)):
+            await asyncio.wait_for(asking.partitions_for(topic), 1)
+    finally:
+        await asking.stop()
 
 
 async def test_every_tick_of_an_outage_is_a_round_and_every_canary_has_a_fate(
