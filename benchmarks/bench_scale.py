@@ -51,7 +51,7 @@ from pathlib import Path
 
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST, grow
+from probe.transport.kafka_admin import PARTITIONS_PER_REQUEST, grow
 
 SLA_PROBE = Path(sys.executable).with_name("sla-probe")
 TICKS = os.sysconf("SC_CLK_TCK")

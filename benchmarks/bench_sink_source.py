@@ -67,7 +67,7 @@ from probe.spark.checksum import RecordFormat
 from probe.spark.heartbeat import HEARTBEAT_S
 from probe.spark.session import sink_session
 from probe.spark.sink import SinkJob, SinkSettings
-from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST
+from probe.transport.kafka_admin import PARTITIONS_PER_REQUEST
 
 SOURCES = ("sla_kafka", "kafka")
 MASTER = "local[2]"

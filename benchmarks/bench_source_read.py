@@ -53,7 +53,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSp
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.embedded import EmbeddedBroker
 from probe.spark.kafka_source import FETCH_WAIT_MS, OffsetRange, TopicOffsets, read_ranges
-from probe.transport.kafka_leaders import PARTITIONS_PER_REQUEST
+from probe.transport.kafka_admin import PARTITIONS_PER_REQUEST
 
 BULK_TOPIC = "source-read-bulk"
 MANY_TOPIC = "source-read-many"

@@ -17,7 +17,7 @@ from probe.core.leadership import LeaderPlan, Reassignment, plan_leaders
 from probe.embedded import EmbeddedBroker
 from probe.services.report import Tally
 from probe.stages.target import TargetProbe
-from probe.transport.kafka_leaders import carry_out, growth_steps, partitions_by_problem
+from probe.transport.kafka_leaders import carry_out, partitions_by_problem
 
 
 async def test_a_plan_the_broker_cannot_carry_out_comes_back_as_problems(
@@ -55,13 +55,6 @@ async def test_one_broker_needs_no_plan_and_the_probe_settles(
         assert not probe._leaders.due(probe.replicas.brokers, now=1e12)
     finally:
         await probe.close()
-
-
-def test_a_topic_grows_a_bounded_number_of_partitions_per_request() -> None:
-    assert growth_steps(1, 12_000) == [5_001, 10_001, 12_000]
-    assert growth_steps(3, 5_003) == [5_003]
-    assert growth_steps(3, 3) == growth_steps(5, 3) == []
-    assert growth_steps(0, 10, per_request=4) == [4, 8, 10]
 
 
 def test_refused_partitions_are_named_per_problem_by_count_and_the_first_few() -> None:

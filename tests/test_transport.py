@@ -1,9 +1,13 @@
-"""The transport map: one entry per kind of target, each laid out from the config."""
+"""The transport map: one entry per kind of target, each laid out from the config; and
+the few reasons the Kafka transport gives a failed send."""
 
 from __future__ import annotations
 
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, NotLeaderForPartitionError
+
 from probe.config import StageName, TargetKind, load
 from probe.transport import TRANSPORTS
+from probe.transport.kafka import produce_failure_reason
 
 
 def test_the_map_has_a_transport_for_every_kind_the_config_knows() -> None:
@@ -48,3 +52,11 @@ def test_the_group_stage_reads_the_canary_topic_with_a_reader_of_its_own() -> No
     assert set(kafka.readers) == {StageName.GROUP}
     # Its reader reads the canary topic itself: a canary must be on the partition it names.
     assert kafka.routed(StageName.GROUP)
+
+
+def test_produce_failures_map_to_few_reasons() -> None:
+    assert produce_failure_reason(KafkaTimeoutError()) == "timeout"
+    assert produce_failure_reason(TimeoutError()) == "timeout"
+    assert produce_failure_reason(KafkaConnectionError()) == "broker_unavailable"
+    assert produce_failure_reason(NotLeaderForPartitionError()) == "not_leader"
+    assert produce_failure_reason(RuntimeError()) == "other"

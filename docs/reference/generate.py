@@ -46,7 +46,13 @@ from probe.config import (
     parse_duration,
 )
 from probe.core.replicas import TopicReplicas
-from probe.metrics import ProbeMetrics, SinkQueryMetrics, latency_buckets
+from probe.metrics import (
+    ProbeMetrics,
+    ReconcileSeries,
+    SinkQueryMetrics,
+    SmokeSeries,
+    latency_buckets,
+)
 from probe.metrics.group import GroupMetrics
 from probe.reconcile.metrics import ReconcileMetrics
 from probe.services.report import Tally
@@ -512,11 +518,13 @@ def _sink_query_metrics() -> tuple[CollectorRegistry, set[int]]:
 
 def _reconcile_metrics() -> tuple[CollectorRegistry, set[int]]:
     registry = CollectorRegistry()
+    # ReconcileSeries as `sla-probe reconcile` builds it, with its label values.
     ReconcileMetrics(registry, PLACEHOLDER_TARGET)
     return registry, set()
 
 
 def _smoke_metrics() -> tuple[CollectorRegistry, set[int]]:
+    # SmokeSeries as `once` pushes it.
     tally = Tally(PLACEHOLDER_TARGET)
     return smoke_registry(tally, ended_at=0.0, duration_s=0.0, buckets=(0.5,)), set()
 
@@ -525,8 +533,8 @@ METRICS_COMPONENTS = (
     MetricsComponent(ProbeMetrics, _probe_metrics),
     MetricsComponent(SinkQueryMetrics, _sink_query_metrics),
     MetricsComponent(GroupMetrics, _group_metrics),
-    MetricsComponent(ReconcileMetrics, _reconcile_metrics),
-    MetricsComponent(smoke_registry, _smoke_metrics),
+    MetricsComponent(ReconcileSeries, _reconcile_metrics),
+    MetricsComponent(SmokeSeries, _smoke_metrics),
 )
 
 # The name a scrape shows for a family of each type (the text formats' suffixes).
@@ -587,7 +595,7 @@ def metrics_page() -> str:
     for component in METRICS_COMPONENTS:
         out.append(f"## {_code(component.owner.__name__)} ({component.module_path})\n")
         intro = _first_paragraph(_own_doc(component.owner))
-        if component.owner is smoke_registry:
+        if component.owner is SmokeSeries:
             settings = PushGatewayConfig(url="http://pushgateway:9091")
             pushed = grouping_key(settings, target=PLACEHOLDER_TARGET)
             labels = ", ".join(_code(name) for name in ["job", *sorted(pushed)])

@@ -25,7 +25,6 @@ way: plaintext, TLS with a PEM key and certificate chain, mutual TLS:
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import concurrent.futures
 import hashlib
@@ -43,6 +42,7 @@ from pathlib import Path
 
 from probe.core.errors import TransportError
 from probe.embedded import LoopbackServer, Started, free_loopback_ports
+from probe.transport.kafka_admin import live_brokers
 
 POM = Path(__file__).with_name("pom.xml")
 
@@ -540,26 +540,3 @@ def _sasl_plain(users: Mapping[str, str] | None) -> dict[str, str]:
             f"org.apache.kafka.common.security.plain.PlainLoginModule required {entries};"
         ),
     }
-
-
-def live_brokers(bootstrap_servers: str, **security: str) -> set[int]:
-    """The broker ids a metadata request lists (registered and unfenced); empty when
-    no node answers."""
-    return asyncio.run(_live_brokers(bootstrap_servers, security))
-
-
-async def _live_brokers(bootstrap_servers: str, security: Mapping[str, str]) -> set[int]:
-    from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415
-    from aiokafka.errors import KafkaError  # noqa: PLC0415
-
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap_servers, request_timeout_ms=3000, **security
-    )
-    try:
-        await admin.start()
-        described = await admin.describe_cluster()
-        return {int(b["node_id"]) for b in described["brokers"]}
-    except (TimeoutError, KafkaError, OSError):
-        return set()
-    finally:
-        await admin.close()

@@ -4,7 +4,8 @@ back, and TLS and SASL towards the brokers.
 Broker lists and topic names are checked by Kafka's own rules before any broker is asked:
 a lenient broker (the embedded one) must not pass a probe that the first real cluster
 would refuse. TlsConfig serves the other servers the probe connects to as well: MQTT's
-(MqttTlsConfig extends it) and the Pushgateway.
+(MqttTlsConfig extends it) and the Pushgateway. The section speaks no client's dialect:
+probe.transport.kafka_settings turns TLS and SASL into each Kafka client's options.
 """
 
 from __future__ import annotations
@@ -187,24 +188,3 @@ class KafkaConfig(_Section):
     replication_factor: int | None = Field(default=None, ge=1)
     tls: TlsConfig | None = None
     sasl: SaslConfig | None = None
-
-    def security_options(self) -> dict[str, str | bool]:
-        """TLS and SASL as Kafka clients name them: kafka-python's names, which
-        aiokafka shares (but for TLS, which it takes as one SSLContext built from the
-        ``ssl_*`` entries) and the Spark source translates to librdkafka's. One mapping
-        for every client the probe runs."""
-        options: dict[str, str | bool] = {}
-        if self.tls is not None:
-            options["security_protocol"] = "SSL"
-            if self.tls.ca_file:
-                options["ssl_cafile"] = str(self.tls.ca_file)
-            if self.tls.cert_file and self.tls.key_file:
-                options["ssl_certfile"] = str(self.tls.cert_file)
-                options["ssl_keyfile"] = str(self.tls.key_file)
-            options["ssl_check_hostname"] = self.tls.check_hostname
-        if self.sasl is not None:
-            options["security_protocol"] = "SASL_SSL" if self.tls else "SASL_PLAINTEXT"
-            options["sasl_mechanism"] = self.sasl.mechanism
-            options["sasl_plain_username"] = self.sasl.username
-            options["sasl_plain_password"] = self.sasl.password_value()
-        return options

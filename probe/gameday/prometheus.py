@@ -19,31 +19,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from probe.core.errors import ProbeError
 from probe.embedded import LoopbackServer
+from probe.gameday.timeline import ObservedAlert
 
 # The job name the probe-down and probe-absent alerts select (see the rules file header).
 PROBE_JOB = "synthetic-sla-probe"
 
-AlertState = Literal["pending", "firing"]
-
 
 class AlertApiError(ProbeError):
     """The alerts or query API did not answer as expected."""
-
-
-@dataclass(frozen=True)
-class ObservedAlert:
-    """One active alert at one moment: its labels (alertname included) and state."""
-
-    labels: dict[str, str]
-    state: AlertState
-    # When the alert became active (pending), as the server says; None if it does not.
-    active_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ from typing import Any
 import yaml
 
 from probe.core.errors import ProbeError
-from probe.gameday.prometheus import AlertState, ObservedAlert, RecordedSeries
-from probe.gameday.timeline import Timeline
+from probe.gameday.prometheus import RecordedSeries
+from probe.gameday.timeline import AlertState, ObservedAlert, Timeline
 
 # Gauges whose value is a duration on the probe's clock: stretched with time.
 TIME_VALUED = frozenset(

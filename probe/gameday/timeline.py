@@ -13,10 +13,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-from probe.gameday.prometheus import ObservedAlert
+from typing import Literal
 
 AlertKey = tuple[tuple[str, str], ...]
+AlertState = Literal["pending", "firing"]
+
+
+@dataclass(frozen=True)
+class ObservedAlert:
+    """One active alert at one moment: its labels (alertname included) and state.
+
+    Defined here, with the timeline it feeds, not with the Prometheus that reports it
+    (``prometheus``, which starts a server): the replay's promtool output makes them
+    too, and the timeline stays pure.
+    """
+
+    labels: dict[str, str]
+    state: AlertState
+    # When the alert became active (pending), as the server says; None if it does not.
+    active_at: float | None = None
 
 
 def alert_key(labels: dict[str, str]) -> AlertKey:

@@ -12,8 +12,8 @@ import threading
 import time
 from typing import Protocol
 
-from probe.gameday.prometheus import AlertApiError, ObservedAlert
-from probe.gameday.timeline import Timeline
+from probe.gameday.prometheus import AlertApiError
+from probe.gameday.timeline import ObservedAlert, Timeline
 
 
 class AlertSource(Protocol):

@@ -15,6 +15,13 @@ sink query's (:class:`SinkQueryMetrics`, which probe.spark.health builds) are in
 :mod:`probe.metrics.sink`. The per-partition families render themselves at scrape
 time with :mod:`probe.metrics.rendered`. The canaries' outcomes, latencies, anomalies
 and the per-target and per-broker series are ProbeMetrics' own, below.
+
+Two commands' series are here too, on registries of their own (never the run's):
+`sla-probe reconcile`'s in :mod:`probe.metrics.reconcile` (:class:`ReconcileSeries`,
+which probe.reconcile.metrics counts runs on) and the smoke test's push to a
+Pushgateway in :mod:`probe.metrics.smoke` (:class:`SmokeSeries`, which
+probe.services.smoke_push fills). No module outside this package builds a series:
+tests/test_metrics_home.py fails when one does.
 """
 
 from __future__ import annotations
@@ -40,9 +47,11 @@ from probe.core.errors import ConnectFailure, ProduceFailure, RejectReason
 from probe.core.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome
 from probe.core.replicas import TopicReplicas, replica_health
 from probe.metrics.group import GroupMetrics
+from probe.metrics.reconcile import RUN_FAILED, ReconcileSeries
 from probe.metrics.rendered import RenderedGauge
 from probe.metrics.replicas import ReplicaCollector
 from probe.metrics.sink import RESTART_REASONS, SinkQueryMetrics, good_seconds
+from probe.metrics.smoke import SmokeSeries
 from probe.metrics.spans import SpanDropCollector
 from probe.metrics.staleness import (
     PartitionSeries,
@@ -56,10 +65,13 @@ from probe.metrics.staleness import (
 # names they use (their home is the component's module).
 __all__ = [
     "RESTART_REASONS",
+    "RUN_FAILED",
     "PartitionSeries",
     "ProbeMetrics",
+    "ReconcileSeries",
     "RenderedGauge",
     "SinkQueryMetrics",
+    "SmokeSeries",
     "StageSource",
     "good_seconds",
     "latency_buckets",

@@ -188,6 +188,8 @@ class ReconcileSettings:
     source_key: str | None = None
     time_column: str | None = None
     sample_size: int = 10
+    # TLS and SASL in librdkafka's names (probe.transport.kafka_settings), text: the
+    # sla_kafka source's kafka.* options; Spark's connector gets them translated.
     kafka_options: dict[str, str] = field(default_factory=dict)
     # The canary format verifies records as the sink stage does.
     keyring_json: str | None = None

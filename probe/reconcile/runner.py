@@ -48,6 +48,7 @@ from probe.spark.checksum import RecordFormat
 from probe.spark.session import sink_session, starts_own_jvm, writable_spark_output
 from probe.status_board import StatusView, refresh_every
 from probe.status_page import ReconcileRun
+from probe.transport.kafka_settings import librdkafka_security
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +96,7 @@ def settings_of(config: ProbeConfig, keyring_json: str | None) -> ReconcileSetti
         source_key=r.source_key,
         time_column=r.time_column,
         sample_size=r.sample_size,
-        kafka_options={
-            name.replace("_", "."): str(value).lower() if isinstance(value, bool) else str(value)
-            for name, value in config.kafka.security_options().items()
-        },
+        kafka_options=librdkafka_security(config.kafka),
         keyring_json=keyring_json,
         probe_id=config.probe_id,
         max_size=config.canary.max_size,

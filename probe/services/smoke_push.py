@@ -10,7 +10,8 @@ Pushgateway holds the latest result per target, never a mixture::
     >>> registry = smoke_registry(tally, ended_at=1767268800.0, duration_s=4.2, buckets=(...))
     >>> push_report(config, report, ended_at=..., duration_s=...)   # [] or the failures
 
-The series (all gauges but the latency histogram, each of this run alone):
+The series (all gauges but the latency histogram, each of this run alone; defined in
+:mod:`probe.metrics.smoke`):
 ``synthetic_sla_smoke_success`` (1 passed, 0 failed), ``synthetic_sla_smoke_canaries
 {stage,outcome}``, ``synthetic_sla_smoke_latency_seconds{stage}``,
 ``synthetic_sla_smoke_failing_partitions{stage}``,
@@ -30,11 +31,11 @@ import ssl
 import urllib.request
 from collections.abc import Callable, Sequence
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, push_to_gateway
+from prometheus_client import CollectorRegistry, push_to_gateway
 
 from probe.config import ProbeConfig, PushGatewayConfig
 from probe.core.judge import Outcome
-from probe.metrics import latency_buckets
+from probe.metrics import SmokeSeries, latency_buckets
 from probe.services.report import Report, Tally
 
 log = logging.getLogger(__name__)
@@ -47,49 +48,20 @@ Handler = Callable[[str, str, float | None, list[tuple[str, str]], bytes], Calla
 def smoke_registry(
     tally: Tally, *, ended_at: float, duration_s: float, buckets: Sequence[float]
 ) -> CollectorRegistry:
-    """One target's result as the series of one push."""
+    """One target's result as the series of one push (:class:`SmokeSeries`), on a
+    registry of its own."""
     registry = CollectorRegistry()
-    Gauge(
-        "synthetic_sla_smoke_success",
-        "1 when the last smoke test of this target passed, 0 when it failed.",
-        registry=registry,
-    ).set(1 if tally.ok else 0)
-    canaries = Gauge(
-        "synthetic_sla_smoke_canaries",
-        "Canaries of the last smoke test, by stage and outcome.",
-        ["stage", "outcome"],
-        registry=registry,
-    )
-    latency = Histogram(
-        "synthetic_sla_smoke_latency_seconds",
-        "End-to-end latency of the last smoke test's delivered and late canaries.",
-        ["stage"],
-        buckets=buckets,
-        registry=registry,
-    )
-    failing = Gauge(
-        "synthetic_sla_smoke_failing_partitions",
-        "Partitions (or shards) of the last smoke test with a canary not delivered or an anomaly.",
-        ["stage"],
-        registry=registry,
-    )
+    series = SmokeSeries(registry, latency_buckets=buckets)
+    series.success.set(1 if tally.ok else 0)
     for stage, stage_tally in sorted(tally.stages.items()):
         for outcome in Outcome:
-            canaries.labels(stage, outcome.value).set(stage_tally.outcomes[outcome.value])
-        child = latency.labels(stage)
+            series.canaries.labels(stage, outcome.value).set(stage_tally.outcomes[outcome.value])
+        latency = series.latency.labels(stage)
         for milliseconds in stage_tally.latencies_ms:
-            child.observe(milliseconds / 1000)
-        failing.labels(stage).set(len(stage_tally.failing))
-    Gauge(
-        "synthetic_sla_smoke_last_run_timestamp_seconds",
-        "When the last smoke test of this target ended (Unix time).",
-        registry=registry,
-    ).set(ended_at)
-    Gauge(
-        "synthetic_sla_smoke_duration_seconds",
-        "How long the last smoke test ran.",
-        registry=registry,
-    ).set(duration_s)
+            latency.observe(milliseconds / 1000)
+        series.failing.labels(stage).set(len(stage_tally.failing))
+    series.last_run.set(ended_at)
+    series.duration.set(duration_s)
     return registry
 
 

@@ -7,10 +7,11 @@ the sink decodes (partition, offset, value) and the four reconcile reads (with k
 under the same names and types, so the decoder, the judge and the tables are the same
 behind either source.
 
-The probe's connection settings (``kafka.tls``, ``kafka.sasl``: kafka-python's names,
-dotted, as the sink and reconcile settings carry them) become the Java client's
-``kafka.*`` options here (:func:`client_options`). The jars come from the cache of
-``make spark-kafka`` (probe/spark_kafka), put on ``spark.jars`` by the session.
+The probe's connection settings (``kafka.tls``, ``kafka.sasl``, as the sink and
+reconcile settings carry them: librdkafka's names) become the Java client's ``kafka.*``
+options in probe.transport.kafka_settings (``connector_security``), called here as each
+query's or read's options are assembled. The jars come from the cache of ``make
+spark-kafka`` (probe/spark_kafka), put on ``spark.jars`` by the session.
 
 >>> stream_options("k:9092", "synthetic-sla", "latest", 10_000, {})["maxOffsetsPerTrigger"]
 '10000'
@@ -20,87 +21,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 
-from probe.core.errors import ConfigError
+from probe.transport.kafka_settings import connector_security
 
 CONNECTOR_NAME = "kafka"
 FETCH_MAX_WAIT_MS = "1"
 
-# The Java client's login modules by SASL mechanism (the probe's kafka.sasl.mechanism).
-_LOGIN_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-# Kafka's PEM key store reads PKCS#8 keys only (unencrypted here: no key password).
-_PKCS8 = "-----BEGIN PRIVATE KEY-----"
-
-
-def _jaas_quoted(text: str) -> str:
-    """A value inside a JAAS option's double quotes."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _pem(path: str, field: str) -> str:
-    try:
-        return Path(path).read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not a PEM file"
-        raise ConfigError(field, f"cannot read {path}: {reason}") from exc
-
-
-def client_options(kafka_options: Mapping[str, str]) -> dict[str, str]:
-    """The probe's TLS and SASL settings (``security.protocol``, ``ssl.cafile``,
-    ``ssl.certfile``, ``ssl.keyfile``, ``ssl.check.hostname``, ``sasl.mechanism``,
-    ``sasl.plain.username``, ``sasl.plain.password``) as the connector's options.
-
-    The PEM files (CA, client certificate and key) are read here on the driver and
-    travel inline (``ssl.truststore.certificates``, ``ssl.keystore.key``...: PEM
-    stores, read by Kafka clients since 2.7), so executors on other hosts need no copy
-    of them. A key Kafka's PEM reader cannot take (PKCS#1, encrypted) is refused
-    naming ``kafka.tls.key_file``. Without a CA file the JVM's own trust store is used.
-
-    >>> client_options({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-    ...                 "sasl.plain.username": "probe", "sasl.plain.password": "pw"})
-    ... # doctest: +NORMALIZE_WHITESPACE
-    {'kafka.security.protocol': 'SASL_PLAINTEXT', 'kafka.sasl.mechanism': 'PLAIN',
-     'kafka.sasl.jaas.config': 'org.apache.kafka.common.security.plain.PlainLoginModule
-     required username="probe" password="pw";'}
-    """
-    options: dict[str, str] = {}
-    if protocol := kafka_options.get("security.protocol"):
-        options["kafka.security.protocol"] = protocol
-    if ca_file := kafka_options.get("ssl.cafile"):
-        options["kafka.ssl.truststore.type"] = "PEM"
-        options["kafka.ssl.truststore.certificates"] = _pem(ca_file, "kafka.tls.ca_file")
-    cert_file, key_file = kafka_options.get("ssl.certfile"), kafka_options.get("ssl.keyfile")
-    if cert_file and key_file:
-        key = _pem(key_file, "kafka.tls.key_file")
-        if _PKCS8 not in key:
-            raise ConfigError(
-                "kafka.tls.key_file",
-                f"{key_file}: Spark's Kafka connector reads unencrypted PKCS#8 keys only "
-                f"({_PKCS8}); convert it with `openssl pkcs8 -topk8 -nocrypt -in {key_file}`",
-            )
-        options["kafka.ssl.keystore.type"] = "PEM"
-        options["kafka.ssl.keystore.certificate.chain"] = _pem(cert_file, "kafka.tls.cert_file")
-        options["kafka.ssl.keystore.key"] = key
-    if kafka_options.get("ssl.check.hostname") == "false":
-        # The Java client's way of not checking the broker's name: no algorithm.
-        options["kafka.ssl.endpoint.identification.algorithm"] = ""
-    if mechanism := kafka_options.get("sasl.mechanism"):
-        options["kafka.sasl.mechanism"] = mechanism
-        username = kafka_options.get("sasl.plain.username", "")
-        password = kafka_options.get("sasl.plain.password", "")
-        options["kafka.sasl.jaas.config"] = (
-            f"{_LOGIN_MODULES[mechanism]} required "
-            f"username={_jaas_quoted(username)} password={_jaas_quoted(password)};"
-        )
-    return options
-
 
 def _common(bootstrap_servers: str, kafka_options: Mapping[str, str]) -> dict[str, str]:
+    """What every read with the connector is given. ``kafka_options``: TLS and SASL as
+    the sink and reconcile settings carry them (kafka_settings.librdkafka_security)."""
     return {
         "kafka.bootstrap.servers": bootstrap_servers,
         # A broker that lost its data (a log truncated, a topic deleted and created
@@ -118,7 +48,7 @@ def _common(bootstrap_servers: str, kafka_options: Mapping[str, str]) -> dict[st
         # request for a topic deleted meanwhile would have a broker that auto-creates
         # topics make it anew, hiding from the consumer stage that its log started over.
         "kafka.allow.auto.create.topics": "false",
-        **client_options(kafka_options),
+        **connector_security(kafka_options),
     }
 
 

@@ -50,12 +50,10 @@ outside the log are clamped to it. Every Kafka partition (each piece of one, wit
 by ``benchmarks/bench_source_read.py``: its executors read 7x more records per
 CPU-second than kafka-python did, and a task owing one record on each of 10,000
 partitions finishes in seconds where kafka-python's ran out of its minute. Options
-prefixed ``kafka.`` are client settings, the prefix removed, in either form: librdkafka's
-own names (``kafka.ssl.ca.location``, ``kafka.sasl.username``) as they are, or the
-kafka-python names this source took until now, dotted or not (``kafka.ssl.cafile``,
-``kafka.sasl_plain_username``, ``kafka.ssl.check.hostname=false``), translated
-(:data:`KAFKA_PYTHON_NAMES`). So TLS and SASL configured for one keep working. An
-unknown name fails the query at once, naming it.
+prefixed ``kafka.`` are client settings in librdkafka's names (``kafka.ssl.ca.location``,
+``kafka.sasl.username``), passed on with the prefix removed: the probe's TLS and SASL
+arrive so, translated on the driver (probe.transport.kafka_settings.librdkafka_security).
+An unknown name fails the query at once, naming it.
 
 **Nothing here creates a topic.** Every client the source makes is told
 ``allow.auto.create.topics=false`` (whatever the options say), and asks for the
@@ -182,27 +180,6 @@ def starting_map(starting: str) -> Offsets | None:
 
 # -- the client's settings ------------------------------------------------------------
 
-# kafka-python's names, dotted, for the settings librdkafka names otherwise: the
-# source read with kafka-python until it was measured against librdkafka, and the
-# options written for it keep working. Any other name is librdkafka's own.
-KAFKA_PYTHON_NAMES: Mapping[str, str] = {
-    "ssl.cafile": "ssl.ca.location",
-    "ssl.certfile": "ssl.certificate.location",
-    "ssl.keyfile": "ssl.key.location",
-    "ssl.password": "ssl.key.password",
-    "ssl.crlfile": "ssl.crl.location",
-    "ssl.ciphers": "ssl.cipher.suites",
-    "ssl.check.hostname": "ssl.endpoint.identification.algorithm",
-    "sasl.mechanism": "sasl.mechanisms",
-    "sasl.plain.username": "sasl.username",
-    "sasl.plain.password": "sasl.password",
-    "request.timeout.ms": "socket.timeout.ms",
-    "receive.buffer.bytes": "socket.receive.buffer.bytes",
-    "send.buffer.bytes": "socket.send.buffer.bytes",
-    "fetch.max.wait.ms": "fetch.wait.max.ms",
-}
-# kafka-python's ssl_check_hostname as librdkafka's ssl.endpoint.identification.algorithm.
-_CHECK_HOSTNAME = {"true": "https", "false": "none"}
 # Set by the source whatever the options say: a reader never creates a topic, never
 # commits offsets (they live in Spark's checkpoint).
 FORCED: Mapping[str, str] = {"allow.auto.create.topics": "false", "enable.auto.commit": "false"}
@@ -214,23 +191,16 @@ GROUP_ID = "sla_kafka"
 def client_config(options: Mapping[str, str]) -> dict[str, str]:
     """librdkafka settings from the source options (see the module docstring).
 
-    >>> client_config({"bootstrap.servers": "k:9092", "kafka.ssl_check_hostname": "false"})
+    >>> client_config({"bootstrap.servers": "k:9092", "kafka.security.protocol": "SSL"})
     ... # doctest: +NORMALIZE_WHITESPACE
-    {'bootstrap.servers': 'k:9092', 'ssl.endpoint.identification.algorithm': 'none',
+    {'bootstrap.servers': 'k:9092', 'security.protocol': 'SSL',
      'allow.auto.create.topics': 'false', 'enable.auto.commit': 'false'}
     """
     config = {"bootstrap.servers": options["bootstrap.servers"]}
     for name, value in options.items():
-        if not name.lower().startswith("kafka."):
-            continue
-        # kafka-python's names with underscores (ssl_cafile) or dots (ssl.cafile);
-        # librdkafka's have no underscores, so the dotted form is the one to look up.
-        dotted = name[len("kafka.") :].lower().replace("_", ".")
-        setting = KAFKA_PYTHON_NAMES.get(dotted, dotted)
-        if dotted == "ssl.check.hostname":
-            config[setting] = _CHECK_HOSTNAME.get(value.lower(), value)
-        else:
-            config[setting] = value
+        # librdkafka's names are lower case; Spark hands its options lower-cased.
+        if name.lower().startswith("kafka."):
+            config[name[len("kafka.") :].lower()] = value
     return {**config, **FORCED}
 
 

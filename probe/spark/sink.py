@@ -201,6 +201,8 @@ class SinkSettings:
     starting_offsets: str = "latest"
     max_size: int = 1_048_576
     checkpoint: str | None = None
+    # TLS and SASL in librdkafka's names (probe.transport.kafka_settings), text: the
+    # sla_kafka source's kafka.* options; Spark's connector gets them translated.
     kafka_options: dict[str, str] = field(default_factory=dict)
     # What the query reads with (sink.source): sla_kafka, or kafka (Spark's connector).
     source: str = SOURCE_NAME

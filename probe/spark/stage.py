@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TextIO
 from prometheus_client import CollectorRegistry
 from py4j.protocol import Py4JError
 
-from probe.config import KafkaConfig, ProbeConfig, StageName, format_duration
+from probe.config import ProbeConfig, StageName, format_duration
 from probe.core.canary import Canary, encode
 from probe.core.errors import ConfigError, StageFailed, TransportError
 from probe.core.judge import StreamKey
@@ -36,6 +36,7 @@ from probe.spark.lag import SourceLag
 from probe.spark.session import starts_own_jvm, writable_spark_output
 from probe.spark.sink import SinkFreshness, SinkJob, SinkSettings
 from probe.stages.stage import Recorder
+from probe.transport.kafka_settings import librdkafka_security
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,21 +70,6 @@ class Ended:
     detail: str
 
 
-def kafka_client_options(kafka: KafkaConfig) -> dict[str, str]:
-    """The probe's Kafka security settings as the source's ``kafka.*`` options (text,
-    kafka-python's names dotted: the source translates them to librdkafka's).
-
-    The driver reads kafka.sasl.password_file here, once, when the stage is set up
-    (a query restarted from its checkpoint keeps those settings: a rotated password
-    needs a restarted probe), and the executors get the password as an option, as
-    when it is inline: they never need the file, mounted in the driver's pod only.
-    Spark redacts it where it prints options (session.CONNECTOR_SECRETS)."""
-    return {
-        name.replace("_", "."): str(value).lower() if isinstance(value, bool) else value
-        for name, value in kafka.security_options().items()
-    }
-
-
 def sink_settings(config: ProbeConfig, path: str) -> SinkSettings:
     kafka, sink = config.kafka, config.sink
     # The commands check this first (require_for_service; once has its broker).
@@ -103,7 +89,12 @@ def sink_settings(config: ProbeConfig, path: str) -> SinkSettings:
         starting_offsets=sink.starting_offsets,
         max_size=config.canary.max_size,
         checkpoint=sink.checkpoint,
-        kafka_options=kafka_client_options(kafka),
+        # The driver reads kafka.sasl.password_file here, once, when the stage is set
+        # up (a query restarted from its checkpoint keeps these settings: a rotated
+        # password needs a restarted probe), and the executors get the password as an
+        # option, as when it is inline: they never need the file, mounted in the
+        # driver's pod only.
+        kafka_options=librdkafka_security(kafka),
         source=sink.source,
     )
 

@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     InvalidProducerEpoch,
     KafkaConnectionError,
@@ -53,7 +52,6 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
     UnknownProducerId,
     UnknownTopicOrPartitionError,
-    for_code,
 )
 
 from probe.config import KafkaConfig
@@ -63,6 +61,7 @@ from probe.core.partition_summary import partitions_summary, ranges_summary
 from probe.core.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
 from probe.transport.connect_errors import shown
+from probe.transport.kafka_admin import create_topic, min_insync_replicas, reassignments
 from probe.transport.kafka_client import (
     CredentialFiles,
     connection_options,
@@ -77,12 +76,7 @@ from probe.transport.kafka_connect_errors import (
 )
 from probe.transport.kafka_denials import denial
 from probe.transport.kafka_lanes import LANES_AT_MOST, Lane, lane_target
-from probe.transport.kafka_leaders import (
-    PARTITIONS_PER_REQUEST,
-    carry_out,
-    grow,
-    replicas_being_added,
-)
+from probe.transport.kafka_leaders import carry_out
 
 log = logging.getLogger(__name__)
 
@@ -428,14 +422,9 @@ class KafkaTransport:
         self._config_read_at = now
         try:
             admin = await self._admin_client()
-            resource = ConfigResource(
-                ConfigResourceType.TOPIC, self._topic, {"min.insync.replicas": None}
-            )
-            responses = await admin.describe_configs([resource])
+            self._min_insync = await min_insync_replicas(admin, self._topic)
         except (KafkaError, TypeError, ValueError) as exc:
             log.debug("topic %s: min.insync.replicas unknown: %r", self._topic, exc)
-            return
-        self._min_insync = min_insync_of(responses)
 
     async def _read_reassignments(self, outside: list[int]) -> None:
         """Which replicas out of an ISR a reassignment is adding, asked only while
@@ -454,7 +443,7 @@ class KafkaTransport:
             return
         try:
             admin = await self._admin_client()
-            self._adding = await replicas_being_added(admin, self._topic, outside)
+            moving = await reassignments(admin, self._topic, outside)
         except (KafkaError, TypeError, ValueError) as exc:
             if refused is None:
                 log.info(
@@ -465,6 +454,7 @@ class KafkaTransport:
             self._reassignments_refused_at = now
             self._adding = {}
             return
+        self._adding = {p: moved.adding for p, moved in moving.items() if moved.adding}
         self._reassignments_refused_at = None
 
     async def _admin_client(self) -> AIOKafkaAdminClient:
@@ -521,17 +511,10 @@ class KafkaTransport:
             return False
         brokers = max(1, await self.broker_count())
         wanted = partitions or max(3, brokers)
-        first = min(wanted, PARTITIONS_PER_REQUEST)
-        topic = NewTopic(
-            self._topic,
-            num_partitions=first,
-            replication_factor=replication_factor or min(3, brokers),
-        )
         admin = AIOKafkaAdminClient(**self._options)
         try:
             await admin.start()
-            _raise_topic_errors(await admin.create_topics([topic]))
-            await grow(admin, self._topic, first, wanted)
+            await create_topic(admin, self._topic, wanted, replication_factor or min(3, brokers))
         except TopicAlreadyExistsError:
             return False
         except KafkaError as exc:
@@ -1062,30 +1045,3 @@ def _traceparent(headers: Sequence[tuple[str, bytes | None]] | None) -> str | No
             except UnicodeDecodeError:
                 return value.hex()  # still a mismatch, never a crash
     return None
-
-
-def min_insync_of(responses: Sequence[Any]) -> int | None:
-    """min.insync.replicas from DescribeConfigs responses (any version: each resource
-    is (error_code, error_message, type, name, entries), each entry (name, value, ...)),
-    or None when no resource gave it."""
-    for response in responses:
-        for resource in getattr(response, "resources", ()):
-            if resource[0] != 0:
-                continue
-            for entry in resource[4]:
-                if entry[0] == "min.insync.replicas" and entry[1] is not None:
-                    try:
-                        return int(entry[1])
-                    except ValueError:
-                        return None
-    return None
-
-
-def _raise_topic_errors(response: Any) -> None:
-    """aiokafka's create_topics returns the broker's per-topic errors without raising
-    them: a refused creation (a policy, an ACL, too few brokers for the replication
-    factor) passed for a created topic."""
-    for name, code, *rest in response.topic_errors:
-        if code:
-            message = rest[0] if rest and isinstance(rest[0], str) else None
-            raise for_code(code)(f"topic {name}: {message or 'refused'}")

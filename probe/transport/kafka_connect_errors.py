@@ -52,6 +52,7 @@ from probe.transport.connect_errors import (
     shown,
 )
 from probe.transport.kafka_client import connection_options
+from probe.transport.kafka_settings import aiokafka_login
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +152,7 @@ async def _sasl_problem(
                 request_timeout_ms=int(config.send_timeout * 1000),
                 ssl_context=options.get("ssl_context"),
                 security_protocol=options["security_protocol"],
-                sasl_mechanism=sasl.mechanism,
-                sasl_plain_username=sasl.username,
-                sasl_plain_password=sasl.password_value(),
+                **aiokafka_login(sasl),
             )
     except (
         AuthenticationFailedError,

@@ -12,9 +12,8 @@ import yaml
 
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.embedded import free_loopback_port
-from probe.gameday.faults.coordinator import RequestHold
 from probe.gameday.faults.proxy import TcpProxy
-from probe.gameday.faults.silent_partition import FETCH
+from probe.gameday.faults.proxy_rules import FETCH, RequestHold
 from probe.transport import kafka as kafka_transport
 from tests.apache_kafka.kafka_admin import (
     describe,

@@ -14,8 +14,7 @@ import pytest
 
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.config import KafkaConfig
-from probe.transport import kafka as kafka_module
-from probe.transport import kafka_leaders
+from probe.transport import kafka_admin
 from probe.transport.kafka import KafkaTransport
 from tests.apache_kafka.kafka_admin import (
     create_topic,
@@ -157,8 +156,7 @@ async def test_a_topic_larger_than_one_request_allows_is_created_in_steps(
 ) -> None:
     # Kafka's controller refuses to create 10,000 partitions in one request; here the
     # step is made small so that a few partitions take several requests.
-    monkeypatch.setattr(kafka_module, "PARTITIONS_PER_REQUEST", 4)
-    monkeypatch.setattr(kafka_leaders, "PARTITIONS_PER_REQUEST", 4)
+    monkeypatch.setattr(kafka_admin, "PARTITIONS_PER_REQUEST", 4)
     config = KafkaConfig(bootstrap_servers=kafka_cluster.bootstrap_servers, topic=topic)
     transport = KafkaTransport(config)
     await transport.start()

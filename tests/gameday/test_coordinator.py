@@ -18,8 +18,9 @@ from aiokafka.structs import OffsetAndMetadata
 
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets
-from probe.gameday.faults.coordinator import CoordinatorApi, RequestHold
+from probe.gameday.faults.coordinator import CoordinatorApi
 from probe.gameday.faults.kafka_wire import UNKNOWN_API, Frame, KafkaWire
+from probe.gameday.faults.proxy_rules import RequestHold
 from probe.gameday.faults.topic import write_records
 from probe.gameday.scenario import CoordinatorApiName, CoordinatorRequests
 

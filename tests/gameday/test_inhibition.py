@@ -15,9 +15,8 @@ from probe.gameday.inhibition import (
     notified_spans,
     parse_matcher,
 )
-from probe.gameday.prometheus import ObservedAlert
 from probe.gameday.scenario import Expectations, ExpectedAlert
-from probe.gameday.timeline import Timeline
+from probe.gameday.timeline import ObservedAlert, Timeline
 from probe.gameday.verdict import PhaseTimes, judge
 
 RULES = documented_inhibit_rules()

@@ -23,13 +23,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
-from probe.apache_kafka.cluster import KafkaCluster, live_brokers
+from probe.apache_kafka.cluster import KafkaCluster
 from probe.config import KafkaConfig
 from probe.core.replicas import ReplicaHealth, replica_health
 from probe.embedded import free_loopback_port
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets, WrongBrokerError
-from probe.gameday.faults.kafka_admin import BROKER, TOPIC, Config
 from probe.gameday.faults.kafka_cluster import (
     ClusterFaultError,
     KafkaControllerKillFault,
@@ -54,6 +53,7 @@ from probe.gameday.scenario import (
     KafkaUncleanElection,
 )
 from probe.transport.kafka import KafkaTransport
+from probe.transport.kafka_admin import BROKER, TOPIC, Config, live_brokers
 from tests.apache_kafka.kafka_admin import admin, create_topic, describe, end_offsets, leaders
 from tests.conftest import wait_for
 

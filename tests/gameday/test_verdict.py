@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from probe.gameday.prometheus import ObservedAlert
 from probe.gameday.scenario import AlertMatcher, Expectations, ExpectedAlert
-from probe.gameday.timeline import Timeline
+from probe.gameday.timeline import ObservedAlert, Timeline
 from probe.gameday.verdict import PhaseTimes, judge
 
 PAGE = {"alertname": "Page", "stage": "consumer", "severity": "critical"}

@@ -158,5 +158,5 @@ def test_settings_follow_the_config() -> None:
     )
     assert settings.window == WindowSpec(offsets=1000)
     # Kafka's security settings reach the source as its kafka.* options.
-    assert settings.source_options()["kafka.sasl.mechanism"] == "PLAIN"
+    assert settings.source_options()["kafka.sasl.mechanisms"] == "PLAIN"
     assert settings.source_options()["kafka.security.protocol"] == "SASL_PLAINTEXT"

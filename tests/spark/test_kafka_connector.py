@@ -4,8 +4,8 @@ kafka``): the same judge and tables behind it as behind ``sla_kafka``.
 On the embedded broker (Tansu answers what the connector's Java client asks:
 ApiVersions, Metadata, ListOffsets, Fetch) and on Apache Kafka's cluster. The shared
 session carries the connector's jars (tests/spark/conftest.py). The mapping of the
-probe's TLS and SASL settings is checked here option by option; SASL end to end on a
-cluster that requires it.
+probe's TLS and SASL settings is checked option by option in tests/test_kafka_settings.py;
+here SASL end to end on a cluster that requires it.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import WindowStatus
 from probe.reconcile.windows import WindowSpec
 from probe.spark.checksum import RecordFormat
-from probe.spark.kafka_connector import batch_options, client_options, stream_options
+from probe.spark.kafka_connector import batch_options, stream_options
 from probe.spark.session import connector_conf
-from probe.spark.stage import kafka_client_options
 from probe.spark_kafka.jars import ENV, jar_paths, package_coordinate, session_jars
+from probe.transport.kafka_settings import librdkafka_security
 from tests.conftest import (
     SLA_PROBE,
     KafkaBrokers,
@@ -59,99 +59,7 @@ from tests.spark.test_sink_service import _sink_delivered
 
 ROUNDS = 2
 
-# --- the mapping of the probe's settings -------------------------------------------
-
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-@pytest.fixture
-def pem_files(tmp_path: Path) -> dict[str, Path]:
-    """A CA, and a client certificate it signed with its key in PKCS#8 and PKCS#1."""
-    files = {name: tmp_path / name for name in ("ca.crt", "ca.key", "c.csr", "c.crt", "c.key")}
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-             "-subj", "/CN=probe-test-ca", "-keyout", str(files["ca.key"]),
-             "-out", str(files["ca.crt"]))  # fmt: skip
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=probe",
-             "-keyout", str(files["c.key"]), "-out", str(files["c.csr"]))  # fmt: skip
-    _openssl("x509", "-req", "-in", str(files["c.csr"]), "-CA", str(files["ca.crt"]),
-             "-CAkey", str(files["ca.key"]), "-CAcreateserial", "-days", "1",
-             "-out", str(files["c.crt"]))  # fmt: skip
-    files["c.rsa.key"] = tmp_path / "c.rsa.key"
-    _openssl("rsa", "-in", str(files["c.key"]), "-traditional", "-out", str(files["c.rsa.key"]))
-    return files
-
-
-def _options(**overrides: object) -> dict[str, str]:
-    config = load(overrides={"kafka.bootstrap_servers": "k:9093", **overrides})
-    return client_options(kafka_client_options(config.kafka))
-
-
-def test_plaintext_needs_no_option() -> None:
-    assert _options() == {}
-
-
-def test_tls_files_travel_inline_as_pem_stores(pem_files: dict[str, Path]) -> None:
-    options = _options(
-        **{
-            "kafka.tls.ca_file": str(pem_files["ca.crt"]),
-            "kafka.tls.cert_file": str(pem_files["c.crt"]),
-            "kafka.tls.key_file": str(pem_files["c.key"]),
-        }
-    )
-    assert options == {
-        "kafka.security.protocol": "SSL",
-        "kafka.ssl.truststore.type": "PEM",
-        "kafka.ssl.truststore.certificates": pem_files["ca.crt"].read_text(),
-        "kafka.ssl.keystore.type": "PEM",
-        "kafka.ssl.keystore.certificate.chain": pem_files["c.crt"].read_text(),
-        "kafka.ssl.keystore.key": pem_files["c.key"].read_text(),
-    }
-    assert "BEGIN PRIVATE KEY" in options["kafka.ssl.keystore.key"]
-
-
-def test_a_key_kafkas_pem_reader_cannot_take_is_refused_naming_it(
-    pem_files: dict[str, Path],
-) -> None:
-    with pytest.raises(ConfigError) as refused:
-        _options(
-            **{
-                "kafka.tls.cert_file": str(pem_files["c.crt"]),
-                "kafka.tls.key_file": str(pem_files["c.rsa.key"]),
-            }
-        )
-    assert refused.value.field == "kafka.tls.key_file"
-    assert "openssl pkcs8 -topk8 -nocrypt" in str(refused.value)
-
-
-def test_no_hostname_check_is_no_endpoint_identification() -> None:
-    options = _options(**{"kafka.tls.check_hostname": "false"})
-    assert options["kafka.ssl.endpoint.identification.algorithm"] == ""
-    assert "kafka.ssl.truststore.type" not in options  # the JVM's own trust store
-
-
-@pytest.mark.parametrize(
-    ("mechanism", "module"),
-    [
-        ("PLAIN", "org.apache.kafka.common.security.plain.PlainLoginModule"),
-        ("SCRAM-SHA-512", "org.apache.kafka.common.security.scram.ScramLoginModule"),
-    ],
-)
-def test_sasl_becomes_one_jaas_line_with_its_values_quoted(mechanism: str, module: str) -> None:
-    options = _options(
-        **{
-            "kafka.tls.check_hostname": "true",
-            "kafka.sasl.mechanism": mechanism,
-            "kafka.sasl.username": "probe",
-            "kafka.sasl.password": 'pa"ss\\word',
-        }
-    )
-    assert options["kafka.security.protocol"] == "SASL_SSL"
-    assert options["kafka.sasl.mechanism"] == mechanism
-    assert options["kafka.sasl.jaas.config"] == (
-        f'{module} required username="probe" password="pa\\"ss\\\\word";'
-    )
+# --- the query's and the read's options ---------------------------------------------
 
 
 def test_the_sink_reads_from_its_pinned_offsets_and_keeps_data_loss_the_judges() -> None:
@@ -460,7 +368,7 @@ def _sasl_read(
         {"0": 0},
         {"0": 3},
         min_partitions=1,
-        kafka_options=kafka_client_options(config.kafka),
+        kafka_options=librdkafka_security(config.kafka),
     )
     # A wrong password is refused at once, not retried for the client's minute.
     options["kafka.request.timeout.ms"] = "10000"

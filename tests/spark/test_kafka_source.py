@@ -19,6 +19,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from probe.core.judge import READ_AT_KEPT
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.spark.kafka_source import (
+    FORCED,
     REREAD_RECORDS,
     SOURCE_NAME,
     KafkaStreamReader,
@@ -27,6 +28,7 @@ from probe.spark.kafka_source import (
     OffsetRanges,
     RangeReads,
     admit,
+    client_config,
     group_ranges,
     read_ranges,
 )
@@ -233,6 +235,34 @@ async def test_an_added_partition_is_read(
         (2, 0, "new-2-0"),
         (2, 1, "new-2-1"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("option", "setting"),
+    [
+        (("kafka.ssl.ca.location", "/ca.pem"), ("ssl.ca.location", "/ca.pem")),
+        (("kafka.sasl.username", "u"), ("sasl.username", "u")),
+        (("kafka.client.id", "sink"), ("client.id", "sink")),
+        # Spark hands its options lower-cased; a caller's own dict may not be.
+        (("KAFKA.Security.Protocol", "SSL"), ("security.protocol", "SSL")),
+    ],
+)
+def test_kafka_options_reach_librdkafka_as_they_are(
+    option: tuple[str, str], setting: tuple[str, str]
+) -> None:
+    """The source forwards its kafka.* options, the prefix removed: the driver gave
+    them in librdkafka's names (probe.transport.kafka_settings)."""
+    assert client_config({"bootstrap.servers": "k", option[0]: option[1]}) == {
+        "bootstrap.servers": "k",
+        setting[0]: setting[1],
+        **FORCED,
+    }
+    assert client_config({"bootstrap.servers": "k"}) == {"bootstrap.servers": "k", **FORCED}
+
+
+def test_a_reader_never_creates_the_topic_whatever_its_options() -> None:
+    options = {"bootstrap.servers": "k", "kafka.allow.auto.create.topics": "true"}
+    assert client_config(options)["allow.auto.create.topics"] == "false"
 
 
 def test_the_stream_readers_options_keep_their_names_as_spark_hands_them() -> None:

@@ -26,7 +26,7 @@ from probe.spark.kafka_source import (
     plan_batch,
     read_ranges,
 )
-from probe.spark.stage import kafka_client_options
+from probe.transport.kafka_settings import librdkafka_security
 from tests.apache_kafka.kafka_admin import admin, create_topic
 
 Row = tuple[int, int, bytes]
@@ -172,7 +172,7 @@ def _exists(cluster: KafkaCluster, topic: str) -> bool:
 
 def _source_options(cluster: KafkaCluster, topic: str) -> dict[str, str]:
     """The source's options as the sink stage builds them from the probe's config
-    (kafka.sasl: kafka-python's names, dotted)."""
+    (kafka.sasl in librdkafka's names)."""
     config = load(
         overrides={
             "kafka.bootstrap_servers": cluster.bootstrap_servers,
@@ -181,7 +181,7 @@ def _source_options(cluster: KafkaCluster, topic: str) -> dict[str, str]:
             "kafka.sasl.password": USERS["probe"],
         }
     )
-    security = {f"kafka.{n}": v for n, v in kafka_client_options(config.kafka).items()}
+    security = {f"kafka.{n}": v for n, v in librdkafka_security(config.kafka).items()}
     return {"bootstrap.servers": cluster.bootstrap_servers, "topic": topic, **security}
 
 

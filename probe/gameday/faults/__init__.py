@@ -31,8 +31,8 @@ from probe.gameday.faults.kafka_cluster import (
     KafkaRollingRestartFault,
     KafkaUncleanElectionFault,
 )
+from probe.gameday.faults.link import ProxyBlackholeFault, ProxyLatencyFault
 from probe.gameday.faults.probe_restart import ProbeRestartFault
-from probe.gameday.faults.proxy import ProxyBlackholeFault, ProxyLatencyFault
 from probe.gameday.faults.replayed import ReplayedCanariesFault
 from probe.gameday.faults.silent_partition import SilentPartitionFault
 from probe.gameday.faults.sink_stall import SinkStallFault

@@ -19,6 +19,9 @@ request's API key. While the fault is on, the requests of the chosen APIs are
   FindCoordinator dropped on the connection a member also fetches on costs it that
   connection, as an unreachable coordinator on the broker it fetches from would.
 
+The proxy holds requests back by its rule (``proxy_rules.RequestHold``), which this
+fault sets.
+
 Fetch and Produce are never in the list (the scenario model refuses them): the
 canaries keep flowing to and from the partitions' leaders.
 """
@@ -27,8 +30,6 @@ from __future__ import annotations
 
 from enum import IntEnum
 from typing import TYPE_CHECKING
-
-from probe.gameday.faults.kafka_wire import Frame
 
 if TYPE_CHECKING:
     from probe.gameday.faults.base import LocalTargets
@@ -44,29 +45,6 @@ class CoordinatorApi(IntEnum):
     JoinGroup = 11
     Heartbeat = 12
     SyncGroup = 14
-
-
-class RequestHold:
-    """Which requests are held back, and how: shared by every connection of the proxy,
-    set from the fault's thread (each field a single store, read per request)."""
-
-    def __init__(self) -> None:
-        self.api_keys: frozenset[int] = frozenset()
-        # Seconds a held request waits; None: it is dropped.
-        self.delay: float | None = 0.0
-        self.active = False
-        self.delayed = 0
-        self.dropped = 0
-
-    def hold(self, request: Frame) -> float | None:
-        """Seconds this request waits before it is forwarded; None: never forwarded."""
-        if not self.active or request.api_key not in self.api_keys:
-            return 0.0
-        if self.delay is None:
-            self.dropped += 1
-            return None
-        self.delayed += 1
-        return self.delay
 
 
 class CoordinatorRequestsFault:

@@ -9,18 +9,17 @@ nothing else. A stopped node is stopped with SIGTERM, a controlled shutdown that
 moves its leaderships away first; a killed one with SIGKILL, a crash that the
 controller notices only when the broker's session times out.
 
-What is in sync is asked of the cluster itself, with a metadata request (aiokafka's
-admin client) through the proxies, as any client would; which node is the active
-controller is read from the nodes' own ``quorum-state`` files (see
-:func:`active_controller`). What aiokafka's admin client lacks (config changes, an
-unclean election, reassignments) is sent by :mod:`probe.gameday.faults.kafka_admin`.
+What is in sync is asked of the cluster itself, with a metadata request through the
+proxies, as any client would; which node is the active controller is read from the
+nodes' own ``quorum-state`` files (see :func:`active_controller`). Every request to
+the cluster (metadata, config changes, elections, reassignments) is the probe's own
+admin module's, :mod:`probe.transport.kafka_admin`.
 Every step a fault takes is written, timed, to ``faults.log`` in the cluster's
 directory.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -28,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from probe.core.errors import ProbeError
-from probe.gameday.faults.kafka_admin import BROKER, TOPIC, ClusterAdmin, Config
+from probe.transport.kafka_admin import BROKER, TOPIC, ClusterAdmin, Config, cluster_topics
 
 if TYPE_CHECKING:
     from probe.apache_kafka.cluster import KafkaCluster
@@ -64,9 +63,10 @@ def lagging_partitions(topics: Iterable[Mapping[str, Any]], wanted: Iterable[str
     """Partitions of the ``wanted`` topics whose ISR is not every replica, or that have
     no leader, as ``topic[partition] isr/replicas`` (empty: all in sync).
 
-    ``topics`` is a metadata answer's topic list as aiokafka's ``describe_topics``
-    gives it. A wanted topic missing from it is lagging (``topic: not listed``), except
-    ``__consumer_offsets``, which exists only once a consumer group was used.
+    ``topics`` is a metadata answer's topic list as ``cluster_topics`` gives it (in
+    aiokafka's ``describe_topics`` shape). A wanted topic missing from it is lagging
+    (``topic: not listed``), except ``__consumer_offsets``, which exists only once a
+    consumer group was used.
     """
     listed = {str(topic["topic"]): topic for topic in topics}
     found: list[str] = []
@@ -164,26 +164,6 @@ def throttle_settings(
 
 
 # --- The cluster, asked -----------------------------------------------------------------
-
-
-def cluster_topics(bootstrap_servers: str) -> list[dict[str, Any]]:
-    """Every topic of a metadata answer (empty when no broker answered)."""
-    return asyncio.run(_cluster_topics(bootstrap_servers))
-
-
-async def _cluster_topics(bootstrap_servers: str) -> list[dict[str, Any]]:
-    from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415
-    from aiokafka.errors import KafkaError  # noqa: PLC0415
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=3000)
-    try:
-        await admin.start()
-        topics: list[dict[str, Any]] = await admin.describe_topics()
-        return topics
-    except (TimeoutError, KafkaError, OSError):
-        return []
-    finally:
-        await admin.close()
 
 
 def wait_in_sync(bootstrap_servers: str, topics: Sequence[str], timeout: float, what: str) -> float:

@@ -9,9 +9,10 @@ response comes. A broker answers a connection's requests in the order it receive
 them, and a client (aiokafka) drops a connection whose responses come out of order:
 whoever holds a request back holds back everything after it on that connection.
 
-The Kafka-aware proxy's faults act on these frames: the silent partition rewrites
-Fetch responses (``silent_partition``), the coordinator fault delays or drops the
-group coordinator's requests (``coordinator``).
+The Kafka-aware proxy's faults act on these frames, through the proxy's rules
+(``proxy_rules``): the silent partition rewrites Fetch responses
+(``silent_partition``), the coordinator fault delays or drops the group
+coordinator's requests (``coordinator``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ The proxy runs its own asyncio loop in a thread; ``set_delay``, ``blackhole`` an
 - with ``kafka=True`` the proxy also follows the Kafka protocol on every connection
   (``kafka_wire``), so that ``partition_filter`` can strip one partition's records
   from Fetch responses (``silent_partition``) and ``request_hold`` can delay or drop
-  the group coordinator's requests (``coordinator``);
+  the group coordinator's requests (``coordinator``), rules of ``proxy_rules``;
 - blackhole: nothing is read or written and new connections are accepted but never
   dialled upstream, like a network partition where TCP keeps retransmitting: when
   restored, what was held flows again; a client that gave up and reconnected gets a
@@ -26,17 +26,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from probe.core.errors import ProbeError
 from probe.embedded import Started, free_loopback_port
-from probe.gameday.faults.coordinator import RequestHold
 from probe.gameday.faults.kafka_wire import KafkaWire
-from probe.gameday.faults.silent_partition import FetchStripper, PartitionFilter
-
-if TYPE_CHECKING:
-    from probe.gameday.faults.base import LocalTargets
-    from probe.gameday.scenario import ProxyBlackhole, ProxyLatency
+from probe.gameday.faults.proxy_rules import FetchStripper, PartitionFilter, RequestHold
 
 LOOPBACK = "127.0.0.1"
 
@@ -264,36 +258,3 @@ class TcpProxy(Started):
                 broken = True
             finally:
                 queue.task_done()
-
-
-class ProxyLatencyFault:
-    """Every chunk between probe and broker ``delay`` late, both ways (every broker's
-    proxy, on a cluster)."""
-
-    def __init__(self, spec: ProxyLatency, targets: LocalTargets) -> None:
-        self.delay = spec.delay
-        self.proxies = targets.proxies
-
-    def inject(self) -> None:
-        for proxy in self.proxies:
-            proxy.set_delay(self.delay)
-
-    def heal(self) -> None:
-        for proxy in self.proxies:
-            proxy.restore()
-
-
-class ProxyBlackholeFault:
-    """Nothing gets through between probe and broker (every broker, on a cluster);
-    connections stay open."""
-
-    def __init__(self, spec: ProxyBlackhole, targets: LocalTargets) -> None:
-        self.proxies = targets.proxies
-
-    def inject(self) -> None:
-        for proxy in self.proxies:
-            proxy.blackhole()
-
-    def heal(self) -> None:
-        for proxy in self.proxies:
-            proxy.restore()

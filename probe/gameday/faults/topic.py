@@ -1,7 +1,8 @@
 """Raw records on the canary topic, for the faults that write what the probe did not.
 
-A plain aiokafka client of its own (manual partition assignment: no consumer group,
-which the embedded broker does not need), through the same proxy as the probe.
+Plain aiokafka clients of their own (manual partition assignment: no consumer group,
+which the embedded broker does not need), through the same proxy as the probe; where
+a partition's log ends is the admin module's lookup.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from probe.core.errors import TransportError
+from probe.transport.kafka_admin import log_ends
 
 _TIMEOUT = 15.0
 
@@ -42,20 +44,30 @@ async def _write(bootstrap_servers: str, topic: str, records: list[tuple[int, by
 async def _read_latest(
     bootstrap_servers: str, topic: str, partition: int, count: int
 ) -> list[bytes]:
+    try:
+        end = (await log_ends(bootstrap_servers, topic, [partition]))[partition]
+        start = max(0, end - count)
+        if start == end:
+            # Nothing to read, and no consumer: aiokafka's (0.14), stopped before it
+            # ever waited on the broker, raises the cancellation of its own task.
+            return []
+        values = await _read(bootstrap_servers, TopicPartition(topic, partition), start, end)
+        return values[-count:]
+    except Exception as error:
+        raise TransportError(f"cannot read {topic}[{partition}]: {error!r}") from error
+
+
+async def _read(bootstrap_servers: str, tp: TopicPartition, start: int, end: int) -> list[bytes]:
+    """The values of the records from ``start`` on, at least up to ``end``."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False)
-    tp = TopicPartition(topic, partition)
     try:
         await consumer.start()
         consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        start = max(0, end - count)
         consumer.seek(tp, start)
         values: list[bytes] = []
         while len(values) < end - start:
             batch = await consumer.getmany(tp, timeout_ms=1000)
             values.extend(r.value for r in batch.get(tp, []) if r.value is not None)
-        return values[-count:]
-    except Exception as error:
-        raise TransportError(f"cannot read {topic}[{partition}]: {error!r}") from error
+        return values
     finally:
         await consumer.stop()
