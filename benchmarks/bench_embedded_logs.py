@@ -33,8 +33,10 @@ from bench_sink_source import _cpu_seconds
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from probe.core.offset_ranges import OffsetRange
 from probe.embedded import EmbeddedBroker
-from probe.spark.kafka_source import OffsetRange, TopicOffsets, read_ranges
+from probe.spark.kafka_reads import read_ranges
+from probe.spark.topic_offsets import TopicOffsets
 
 TOPIC = "bench-embedded-logs"
 RECORD = b"x" * 300

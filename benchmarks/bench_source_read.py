@@ -51,8 +51,10 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
 from probe.apache_kafka.cluster import KafkaCluster
+from probe.core.offset_ranges import OffsetRange
 from probe.embedded import EmbeddedBroker
-from probe.spark.kafka_source import FETCH_WAIT_MS, OffsetRange, TopicOffsets, read_ranges
+from probe.spark.kafka_reads import FETCH_WAIT_MS, read_ranges
+from probe.spark.topic_offsets import TopicOffsets
 from probe.transport.kafka_admin import PARTITIONS_PER_REQUEST
 
 BULK_TOPIC = "source-read-bulk"

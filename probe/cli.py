@@ -13,6 +13,11 @@ environment, which wins over the ``--config`` YAML file. Exit codes: 0 all canar
 delivered, 1 SLO failed, 2 usage or configuration error (one line on stderr naming the
 field, e.g.
 ``sla-probe: config error: kafka.bootstrap_servers: is empty; ...``).
+
+This module only parses: the flags, the environment and the file become the settings,
+which each command hands to its service in ``probe.services`` (imported when the
+command runs, so ``--help`` stays fast); the service's exit code is the command's, and
+a ConfigError, whenever the service finds it, is exit 2 with its one line.
 """
 
 from __future__ import annotations
@@ -21,29 +26,17 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from probe import config as config_module
-from probe import logs, loop, tracing
-from probe.config import ProbeConfig, StageName
+from probe.config import ProbeConfig
 from probe.core.errors import ConfigError
-from probe.core.keys import generate_key_ring, random_kid, random_secret
-from probe.keyfile import (
-    KeyRingSource,
-    create_key_file,
-    read_key_file,
-    replace_key_file,
-)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_USAGE = 2
-# `sla-probe sink`: its query ended by itself (failed, stopped, no first batch within
-# sink.first_batch_timeout, Spark's JVM gone); the reason is its last line on stderr.
-EXIT_SINK_ENDED = 1
 
 
 def _env(flag: str) -> str:
@@ -339,42 +332,19 @@ def _load(config_file: Path | None, flags: dict[str, Any]) -> ProbeConfig:
     return config_module.load(config_file, overrides, environ=os.environ)
 
 
-_NO_KEY_FILE = "required (create one with `sla-probe keygen`), or pass --allow-ephemeral-key"
-
-
-def _keyring(
-    config: ProbeConfig, *, ephemeral_ok: bool, missing: str = _NO_KEY_FILE
-) -> KeyRingSource:
-    """The key ring from ``signing_key_file``; without one, an ephemeral ring if
-    ``ephemeral_ok``, else a ConfigError saying ``missing``."""
-    if config.signing_key_file is None:
-        if ephemeral_ok:
-            return KeyRingSource.ephemeral()
-        raise ConfigError("signing_key_file", missing)
-    return KeyRingSource.from_file(config.signing_key_file)
-
-
-def _install_tracing(config: ProbeConfig) -> None:
-    """Tracing by the OTEL_* environment, with this probe's id and targets as its
-    resource (ConfigError for an exporter setting it cannot use)."""
-    from probe.stages.target import target_name  # noqa: PLC0415 - keep `--help` fast
-
-    targets = [target_name(config, kind) for kind in config.targets]
-    tracing.install_tracer_provider(config.probe_id, targets)
-
-
-def _check_writable(path: Path, flag: str) -> None:
-    """A report file the run could not write at its end: said now, before the run."""
-    directory = path.parent if str(path.parent) else Path()
-    if not directory.is_dir():
-        raise ConfigError(flag, f"{path}: no directory {directory}")
-    if not os.access(directory, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ConfigError(flag, f"{path}: not writable")
-
-
-def _fail_config(error: ConfigError) -> None:
+def _fail_config(error: ConfigError) -> NoReturn:
     click.echo(f"sla-probe: config error: {error}", err=True)
     sys.exit(EXIT_USAGE)
+
+
+def _exit_with(service: Callable[[], int]) -> NoReturn:
+    """Run a command's service and exit with its code; a ConfigError, whether of the
+    settings or found once running, is exit 2 with its one line."""
+    try:
+        code = service()
+    except ConfigError as error:
+        _fail_config(error)
+    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -441,27 +411,7 @@ def once(config_file: Path | None, json: bool | None, junit: Path | None, **flag
     """
     from probe.services.once import run_once  # noqa: PLC0415 - keep `--help` fast
 
-    try:
-        config = _load(config_file, flags)
-        config_module.require_for_once(config)
-        if StageName.SINK in config.stages:
-            _require_connector(config)
-        keyring = _keyring(config, ephemeral_ok=True)
-        _install_tracing(config)
-        if junit is not None:
-            _check_writable(junit, "--junit")
-    except ConfigError as error:
-        _fail_config(error)
-        return
-    logs.configure(config.log_level if config.log_level != "info" else "warning")
-    try:
-        code = run_once(config, keyring.ring, as_json=bool(json), junit=junit)
-    except ConfigError as error:  # found only once running: the Spark log file
-        _fail_config(error)
-        return
-    finally:
-        tracing.shutdown()
-    sys.exit(code)
+    _exit_with(lambda: run_once(_load(config_file, flags), as_json=bool(json), junit=junit))
 
 
 @main.command()
@@ -483,26 +433,9 @@ def run(config_file: Path | None, **flags: Any) -> None:
     Exits 2 with one line on stderr for a configuration error, including a metrics
     port already in use or a metrics host that does not resolve.
     """
-    from probe.services.run import serve  # noqa: PLC0415 - keep `--help` fast
+    from probe.services.run import run_probe  # noqa: PLC0415 - keep `--help` fast
 
-    try:
-        config = _load(config_file, flags)
-        keyring = _keyring(config, ephemeral_ok=config.allow_ephemeral_key)
-        config_module.require_for_service(config)
-        if StageName.SINK in config.stages:
-            _require_connector(config)
-        _install_tracing(config)
-    except ConfigError as error:
-        _fail_config(error)
-        return
-    logs.configure(config.log_level)
-    try:
-        loop.run(serve(config, keyring))
-    except ConfigError as error:
-        # Found only when the service starts: the metrics port or host (probe/endpoints.py).
-        _fail_config(error)
-    finally:
-        tracing.shutdown()
+    _exit_with(lambda: run_probe(_load(config_file, flags)))
 
 
 @main.command()
@@ -527,38 +460,9 @@ def sink(config_file: Path | None, **flags: Any) -> None:
     It judges the canaries of a `sla-probe run` elsewhere, so it needs that probe's
     key file (--signing-key-file) and topic.
     """
-    try:
-        config = _load(config_file, flags)
-        keyring = _keyring(
-            config,
-            ephemeral_ok=False,
-            missing="required: the sink verifies canaries signed by a `sla-probe run` "
-            "elsewhere, so give it the same key file (--signing-key-file)",
-        )
-        config_module.require_for_service(config, sink_only=True)
-        _require_connector(config)
-        # The sink's commit spans join the traces of the probe producing elsewhere.
-        _install_tracing(config)
-    except ConfigError as error:
-        _fail_config(error)
-        return
-    logs.configure(config.log_level)
-    from probe.spark.standalone import LastWords, serve_sink  # noqa: PLC0415 - Spark only here
+    from probe.services.sink import run_sink  # noqa: PLC0415 - keep `--help` fast
 
-    last_words = LastWords()
-    try:
-        ended = loop.run(serve_sink(config, keyring.ring))
-    except ConfigError as error:
-        # Found only when the metrics server starts: the metrics port or host.
-        _fail_config(error)
-        return
-    finally:
-        tracing.shutdown()
-    if ended is not None:
-        last_words.say(
-            f"sla-probe: sink stage ended: {ended.detail}", jvm_gone=ended.reason == "jvm"
-        )
-        sys.exit(EXIT_SINK_ENDED)
+    _exit_with(lambda: run_sink(_load(config_file, flags)))
 
 
 @main.command()
@@ -662,79 +566,11 @@ def reconcile(
          written lately wait in windows still open, and the result says when a run
          compares them (a window's end plus the settle delay)
     """
-    try:
-        config = _load(config_file, flags)
-        config_module.require_for_reconcile(config)
-        _require_connector(config)
-        if config.reconcile.every is None:
-            _require_sink_tables(config)
-        if run_id is not None:
-            from probe.reconcile.runner import check_run_id  # noqa: PLC0415 - Spark only here
+    from probe.services.reconcile import run_reconcile  # noqa: PLC0415 - keep `--help` fast
 
-            check_run_id(run_id)
-        keyring_json = (
-            KeyRingSource.from_file(config.signing_key_file).ring.to_json()
-            if config.reconcile.format == "canary" and config.signing_key_file is not None
-            else None
-        )
-    except ConfigError as error:
-        _fail_config(error)
-        return
-    from probe.reconcile.runner import (  # noqa: PLC0415 - Spark only here
-        reconcile_once,
-        serve_reconcile,
+    _exit_with(
+        lambda: run_reconcile(_load(config_file, flags), run_id=run_id, as_json_output=bool(json))
     )
-
-    if config.reconcile.every is not None:
-        logs.configure(config.log_level)
-        try:
-            loop.run(serve_reconcile(config, keyring_json))
-        except ConfigError as error:  # the metrics port or host
-            _fail_config(error)
-        return
-    # The report is the output: the log's per-window warnings would repeat it.
-    logs.configure(config.log_level if config.log_level != "info" else "error")
-    try:
-        code = reconcile_once(
-            config,
-            keyring_json,
-            run_id=run_id,
-            as_json_output=bool(json),
-        )
-    except ConfigError as error:  # found only once running: a table that does not fit
-        _fail_config(error)
-        return
-    sys.exit(code)
-
-
-def _require_connector(config: ProbeConfig) -> None:
-    """``sink.source: kafka`` with Spark's connector nowhere to be had (no cached jars,
-    none asked for in sink.spark_conf): one line naming the setting, before a broker,
-    a probe or Spark starts. Under spark-submit the session checks spark-submit's own
-    settings instead (probe/spark/session.py)."""
-    if config.sink.source != "kafka" or "PYSPARK_GATEWAY_PORT" in os.environ:
-        return
-    from probe.spark_kafka.jars import session_jars  # noqa: PLC0415 - only when asked
-
-    session_jars(config.sink.spark_conf, own_jvm=True)
-
-
-def _require_sink_tables(config: ProbeConfig) -> None:
-    """One run against the sink's own tables (no --table) on a local sink path that
-    does not exist: there is nothing to reconcile. Said in one line naming the
-    setting, before Spark starts and before anything is created there. (``--every``
-    waits for the tables instead, its /readyz saying so.)"""
-    path = config.sink.path
-    if config.reconcile.table is not None or path is None:
-        return
-    url = urlsplit(path)
-    local = url.path if url.scheme == "file" else path if url.scheme == "" else None
-    if local is not None and not os.path.isdir(local):
-        raise ConfigError(
-            "sink.path",
-            f"{path}: no such directory, so no sink tables to reconcile "
-            "(--sink-path: where a sink stage writes them; --table: another table)",
-        )
 
 
 @main.command()
@@ -792,55 +628,76 @@ def keygen(
     `sla-probe run` reloads either the old ring or the new one. Symlinks are never
     followed. Exit code 2 with one line on any problem.
     """
+    from probe.services.keygen import run_keygen  # noqa: PLC0415 - keep `--help` fast
+
     edits = {"--add": add_to, "--activate": activate_in, "--drop": drop_from}
-    try:
-        _keygen(kid, output, force=force, edits=edits)
-    except ConfigError as error:
-        _fail_config(error)
+    _exit_with(lambda: run_keygen(kid, output, force=force, edits=edits))
 
 
-def _keygen(
-    kid: str | None, output: Path | None, *, force: bool, edits: dict[str, Path | None]
+@main.command()
+@click.argument("scenario_files", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--all",
+    "all_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Run every local scenario in this directory (slow ones with --slow).",
+)
+@click.option("--slow", is_flag=True, help="With --all: the slow scenarios too.")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.option("--markdown", is_flag=True, help="The detection table (docs/detection.md).")
+@click.option(
+    "--write-table",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the detection table into this Markdown file (between its markers): the "
+    "whole table with --all, only the named scenarios' rows otherwise.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Keep logs, configs and the replay's promtool test here.",
+)
+def gameday(
+    *,
+    scenario_files: tuple[Path, ...],
+    all_dir: Path | None,
+    slow: bool,
+    as_json: bool,
+    markdown: bool,
+    write_table: Path | None,
+    workdir: Path | None,
 ) -> None:
-    given = [name for name, path in {"--output": output, **edits}.items() if path is not None]
-    if len(given) > 1:
-        raise ConfigError(given[1], f"cannot be combined with {given[0]}")
-    if force and output is None:
-        raise ConfigError("--force", "only applies to --output")
-    if not given or output is not None:
-        ring = generate_key_ring(kid)
-        if output is None:
-            click.echo(ring.to_json(), nl=False)
-            return
-        write = replace_key_file if force else create_key_file
-        write(output, ring, field="--output")
-        click.echo(f"wrote {output}: active {ring.active_kid}", err=True)
-        return
-    option = given[0]
-    path = edits[option]
-    assert path is not None
-    if option == "--add":
-        kid = kid or random_kid()
-    elif kid is None:
-        raise ConfigError(option, "needs --kid, the key to act on")
-    # The file is replaced by a rename, which would turn a symlink into a file of its
-    # own: the file the link points to is the one to edit.
-    ring = read_key_file(path, follow_symlinks=False)
-    if option == "--add":
-        ring, done = ring.with_key(kid, random_secret()), f"added {kid} to"
-    elif option == "--activate":
-        ring, done = ring.with_active(kid), f"activated {kid} in"
-    else:
-        ring, done = ring.without(kid), f"dropped {kid} from"
-    replace_key_file(path, ring, field=option)
-    click.echo(f"{done} {path}: active {ring.active_kid}, keys {', '.join(ring.kids)}", err=True)
+    """Inject a fault, watch the alerts, report time-to-detect live and at production time.
 
+    \b
+    sla-probe gameday scenarios/broker-stop.yaml
+    sla-probe gameday scenarios/broker-stop.yaml --json
+    sla-probe gameday --all scenarios/ --markdown
 
-# `sla-probe gameday` lives in its own package; registered here so the one console
-# script has every subcommand.
-from probe.gameday.cli import gameday as _gameday  # noqa: E402
+    Exit codes: 0 every expectation holds, 1 one does not, 2 bad scenario file.
+    """
+    from probe.services.gameday import (  # noqa: PLC0415 - keep `--help` fast
+        EXIT_FAILED,
+        ScenarioFailed,
+        run_gamedays,
+    )
 
-main.add_command(_gameday)
+    if not scenario_files and all_dir is None:
+        raise click.UsageError("give a scenario file, or --all DIRECTORY")
+    try:
+        _exit_with(
+            lambda: run_gamedays(
+                scenario_files,
+                all_dir,
+                slow=slow,
+                as_json=as_json,
+                markdown=markdown,
+                write_table=write_table,
+                workdir=workdir,
+            )
+        )
+    except ScenarioFailed as failed:
+        click.echo(f"sla-probe: {failed}", err=True)
+        sys.exit(EXIT_FAILED)
 
 
 if __name__ == "__main__":  # `python -m probe.cli`; spark-submit takes probe/submit.py

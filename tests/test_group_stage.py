@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from probe.config import GroupConfig, load
 from probe.core.errors import CommitFailure, ConfigError
@@ -75,10 +76,16 @@ async def test_a_member_commits_what_it_read_and_never_hands_out_a_record_twice(
 ) -> None:
     config = load(overrides={"kafka.bootstrap_servers": broker.bootstrap_servers,
                              "kafka.topic": topic, "kafka.send_timeout": "10s"}).kafka  # fmt: skip
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    finally:
+        await admin.close()
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers)
     await producer.start()
     try:
-        await producer.send_and_wait(topic, b"before", partition=0)  # creates the topic
+        await producer.send_and_wait(topic, b"before", partition=0)
         recorded = Recorded()
         reader = KafkaGroupReader(config, f"{topic}-group", target="t", recorder=recorded)
         await reader.start()

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from probe.spark.health import failure_reason, failure_summary
-from probe.spark.kafka_source import starting_map
+from probe.spark.kafka_options import starting_map
 from probe.spark.session import BATCH_GC, DEFAULT_CONF, QUICK_JIT, executors_python, session_conf
 
 
@@ -92,6 +92,12 @@ OSError: [Errno 28] No space left on device: '/data/my_checkpoint_tests/canaries
          "checkpoint"),
         ("PythonException: File \"/app/probe/spark/kafka_source.py\", line 280, in latestOffset\n"
          "kafka.errors.NoBrokersAvailable", "source"),
+        # A task of the sla_kafka source failing its read: named by the exception's
+        # class, whatever file raised it.
+        ("Job aborted due to stage failure: PythonException: probe.core.errors."
+         "SourceReadTimedOut: offsets of topic t not readable within 60s", "source"),
+        ("Job aborted due to stage failure: PythonException: probe.core.errors."
+         "SourceReadFailed: cannot read topic t: SASL authentication error", "source"),
         ("PythonException: OSError: [Errno 28] No space left on device: '/data/canaries'",
          "batch"),
         # A Python error in the batch, the sink under a path naming a checkpoint.

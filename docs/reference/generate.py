@@ -707,9 +707,9 @@ def cli_page() -> str:
         _banner("commands.md"),
         "# Command-line reference\n",
         "Every `sla-probe` command and option, generated from the click commands of "
-        "`probe/cli.py` (and `probe/gameday/cli.py`). An option's *setting* is the path "
-        "in the YAML file it overrides (see [configuration.md](configuration.md)); its "
-        "value goes to the configuration as text and is checked there.\n",
+        "`probe/cli.py`. An option's *setting* is the path in the YAML file it overrides "
+        "(see [configuration.md](configuration.md)); its value goes to the configuration "
+        "as text and is checked there.\n",
     ]
     out += _command_section("sla-probe", main, _context(main, "sla-probe", None), 2)
     return "\n".join(out)

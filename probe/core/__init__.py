@@ -5,6 +5,7 @@ arguments). The canary's wire format and signature (``canary``, ``keys``), the j
 and its bounded memory (``judge``, ``judge_memory``), what is wrong with a topic's
 replicas and the plan that gives every broker a canary partition to lead
 (``replicas``, ``leadership``), the restart strategy (``restarts``), the worst
-partitions of a round (``partition_summary``) and the error tree (``errors``). The
+partitions of a round (``partition_summary``), a read's offset ranges planned
+(``offset_ranges``) and the error tree (``errors``). The
 import contract in pyproject.toml keeps it so.
 """

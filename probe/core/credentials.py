@@ -1,7 +1,8 @@
 """Which credential files changed, and what a Kafka client must take anew: pure.
 
 A client's credentials come from files a Secret mounts (``kafka.sasl.password_file``,
-``kafka.tls.ca_file``, ``cert_file``, ``key_file``). The shell looks at each (what
+``kafka.tls.ca_file``, ``cert_file``, ``key_file``; which of them a config names:
+probe.transport.kafka_client.credential_files). The shell looks at each (what
 ``stat`` says: probe.keyfile.look) once a round and hands the looks, by setting, to
 :func:`changed`; :func:`renewal` says what the clients take anew from the changed
 ones. A look is any comparable value (None: no file there now).
@@ -16,10 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
-
-if TYPE_CHECKING:  # the settings' type only: the core imports nothing of the shell
-    from probe.config import KafkaConfig
+from typing import TypeVar
 
 PASSWORD_FILE = "kafka.sasl.password_file"
 TLS_FILES = ("kafka.tls.ca_file", "kafka.tls.cert_file", "kafka.tls.key_file")
@@ -38,20 +36,6 @@ class Renewal:
     @property
     def empty(self) -> bool:
         return not (self.password or self.tls)
-
-
-def credential_files(config: KafkaConfig) -> dict[str, str]:
-    """The files the Kafka clients' credentials come from, by setting."""
-    files: dict[str, str] = {}
-    if config.sasl is not None and config.sasl.password_file is not None:
-        files[PASSWORD_FILE] = str(config.sasl.password_file)
-    if config.tls is not None:
-        for setting, path in zip(
-            TLS_FILES, (config.tls.ca_file, config.tls.cert_file, config.tls.key_file), strict=True
-        ):
-            if path is not None:
-                files[setting] = str(path)
-    return files
 
 
 def changed(seen: Mapping[str, Look], now: Mapping[str, Look]) -> tuple[str, ...]:

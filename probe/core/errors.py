@@ -8,7 +8,9 @@ rest of the probe handles a small, documented set::
     ├── CanaryRejected       bytes that are not a valid canary, with the reason
     ├── TransportError       the broker could not be reached or refused an operation
     │   ├── ConnectFailed    no connection to the broker, with the reason and the setting
-    │   └── ProduceFailed    one canary was not acknowledged, with the reason
+    │   ├── ProduceFailed    one canary was not acknowledged, with the reason
+    │   └── SourceReadFailed a Spark task of the sla_kafka source could not read its ranges
+    │       └── SourceReadTimedOut  ... making no progress for its timeout (a TimeoutError)
     ├── StageFailed          a stage could not start (the Spark sink's JVM, say)
     │   └── StoppedMidBatch  a sink batch cut short by the sink's own stop
     └── ReconcileFailed      a reconciliation run could not compare (broker, Spark)
@@ -128,6 +130,21 @@ class ProduceFailed(TransportError):
         super().__init__(f"{reason}: {detail}" if detail else str(reason))
         self.reason = reason
         self.detail = detail
+
+
+class SourceReadFailed(TransportError):
+    """A Spark task of the sla_kafka source (probe.spark.kafka_reads) could not read its
+    offset ranges: a codec its librdkafka lacks, credentials refused, bad settings.
+
+    Its class is the source's mark on a failed query: a task's failure reaches the
+    driver as text ending in the Python exception's line, which names the class
+    (a subclass by its own name), and probe.spark.health takes a query that failed
+    with one for a source failure, whichever module raised it.
+    """
+
+
+class SourceReadTimedOut(SourceReadFailed, TimeoutError):
+    """A task's read made no progress at all for its ``readTimeoutSeconds``."""
 
 
 class StageFailed(ProbeError):

@@ -15,10 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the settings' type only: the core imports nothing of the shell
-    from probe.config import RestartConfig
 
 
 @dataclass(frozen=True)
@@ -30,10 +26,6 @@ class RestartStrategy:
     reset_after: float = 3600.0
     max_failures: int = 10
     failure_window: float = 3600.0
-
-    @classmethod
-    def from_config(cls, config: RestartConfig) -> RestartStrategy:
-        return cls(**config.model_dump())
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ from pyspark.sql.types import (
 )
 
 from probe.core.errors import ConfigError, ReconcileFailed, TransportError
+from probe.core.offset_ranges import OffsetRange, group_ranges, split_ranges
 from probe.reconcile.outcome import Reconciliation, Samples, Tally, WindowResult
 from probe.reconcile.windows import (
     PartitionLog,
@@ -105,18 +106,11 @@ from probe.spark.checksum import (
     window_checksum,
 )
 from probe.spark.kafka_connector import CONNECTOR_NAME, batch_options
-from probe.spark.kafka_source import (
-    ARROW_SCHEMA,
-    READ_TIMEOUT_S,
-    SOURCE_NAME,
-    OffsetRange,
-    TopicOffsets,
-    group_ranges,
-    planned_reads,
-    read_ranges,
-    split_ranges,
-)
+from probe.spark.kafka_options import READ_TIMEOUT_S
+from probe.spark.kafka_reads import ARROW_SCHEMA, planned_reads, read_ranges
 from probe.spark.kafka_source import SCHEMA as SOURCE_SCHEMA
+from probe.spark.kafka_source import SOURCE_NAME
+from probe.spark.topic_offsets import TopicOffsets
 
 log = logging.getLogger(__name__)
 

@@ -16,23 +16,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from probe import loop
-from probe.config import ProbeConfig, StageName, TargetKind
+from probe import logs, loop, tracing
+from probe.config import ProbeConfig, StageName, TargetKind, require_for_once
 from probe.core.errors import ConfigError, ProbeError, RejectReason, TransportError
 from probe.core.judge import Finding, Outcome
 from probe.core.keys import KeyRing
 from probe.embedded import EmbeddedBroker
 from probe.services.junit_report import junit_xml
+from probe.services.keygen import signing_key_ring
 from probe.services.report import Report, StageTally, Tally
 from probe.services.smoke_push import push_report
 from probe.signals import Interrupted, interruptible, raising_on_signals
-from probe.stages.target import TargetProbe, target_name
+from probe.spark_kafka.jars import require_connector
+from probe.stages.target import TargetProbe, target_name, target_names
 
 if TYPE_CHECKING:
     from probe.spark.stage import SparkSinkStage
@@ -218,11 +221,37 @@ def _fates(stage: StageTally) -> int:
     return sum(stage.outcomes[o.value] for o in Outcome)
 
 
-def run_once(
-    config: ProbeConfig, keyring: KeyRing, *, as_json: bool, junit: Path | None = None
-) -> int:
+def run_once(config: ProbeConfig, *, as_json: bool, junit: Path | None = None) -> int:
     """The whole `once` command; returns the exit code. ``junit``: where to write the
-    report as JUnit XML too."""
+    report as JUnit XML too. A ConfigError, of the settings or found only once running
+    (the Spark log file), is the CLI's exit 2."""
+    require_for_once(config)
+    if StageName.SINK in config.stages:
+        require_connector(config.sink.source, config.sink.spark_conf)
+    keyring = signing_key_ring(config, ephemeral_ok=True)
+    tracing.install_tracer_provider(config.probe_id, target_names(config))
+    if junit is not None:
+        _check_writable(junit, "--junit")
+    # The report is the output: the log says only what went wrong.
+    logs.configure(config.log_level if config.log_level != "info" else "warning")
+    try:
+        return _probe_and_report(config, keyring.ring, as_json=as_json, junit=junit)
+    finally:
+        tracing.shutdown()
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """A report file the run could not write at its end: said now, before the run."""
+    directory = path.parent if str(path.parent) else Path()
+    if not directory.is_dir():
+        raise ConfigError(flag, f"{path}: no directory {directory}")
+    if not os.access(directory, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(flag, f"{path}: not writable")
+
+
+def _probe_and_report(
+    config: ProbeConfig, keyring: KeyRing, *, as_json: bool, junit: Path | None
+) -> int:
     started = time.monotonic()
     try:
         with interruptible(), broker_for(config) as probed:

@@ -21,13 +21,16 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from probe.config import ProbeConfig, StageName, TargetKind
+from probe import logs, loop, tracing
+from probe.config import ProbeConfig, StageName, TargetKind, require_for_service
 from probe.core.keys import KeyRing
 from probe.endpoints import MetricsServer, build_app
 from probe.keyfile import KeyRingSource
 from probe.metrics import ProbeMetrics, probe_version, service_metrics
+from probe.services.keygen import signing_key_ring
 from probe.signals import stop_on_signals
-from probe.stages.target import TargetProbe
+from probe.spark_kafka.jars import require_connector
+from probe.stages.target import TargetProbe, target_names
 from probe.status_board import Objectives, StatusBoard, StatusView, refresh_every
 
 if TYPE_CHECKING:
@@ -42,6 +45,24 @@ TASK_GRACE = 1.5
 CLOSE_GRACE = 2.5
 # How long rounds wait for the sink stage's start (see _sink_head_start).
 SINK_HEAD_START = 120.0
+EXIT_STOPPED = 0
+
+
+def run_probe(config: ProbeConfig) -> int:
+    """The whole `run` command: probe and serve until SIGTERM or SIGINT, then 0. A
+    ConfigError, of the settings or found when the endpoints start (a metrics port in
+    use, a host that does not resolve), is the CLI's exit 2."""
+    keyring = signing_key_ring(config, ephemeral_ok=config.allow_ephemeral_key)
+    require_for_service(config)
+    if StageName.SINK in config.stages:
+        require_connector(config.sink.source, config.sink.spark_conf)
+    tracing.install_tracer_provider(config.probe_id, target_names(config))
+    logs.configure(config.log_level)
+    try:
+        loop.run(serve(config, keyring))
+    finally:
+        tracing.shutdown()
+    return EXIT_STOPPED
 
 
 async def serve(

@@ -43,6 +43,7 @@ from prometheus_client import CollectorRegistry
 from pyspark import SparkContext
 from pyspark.sql.streaming.listener import QueryProgressEvent, StreamingQueryListener
 
+from probe.core.errors import SourceReadFailed, SourceReadTimedOut
 from probe.metrics import SinkQueryMetrics
 from probe.spark.lag import SourceLag
 
@@ -66,10 +67,16 @@ _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_.]+)\]")
 _CHECKPOINT = re.compile(
     r"HDFSMetadataLog|OffsetSeqLog|CommitLog|CheckpointFileManager|StateStoreProvider"
 )
-# Spark's own connector fails with its classes (KafkaMicroBatchStream,
-# KafkaOffsetReaderAdmin...) or the Java client's (org.apache.kafka...) in the message.
+# Without a known class, the source's by the exceptions it raises, never by the file
+# a traceback passes through (moved or renamed, a file would stop matching): the
+# sla_kafka source's reads fail with SourceReadFailed or a subclass, whose name ends
+# the Python traceback in the message; its stream reader and librdkafka's errors
+# (KafkaError) name themselves alike. Spark's own connector fails with its classes
+# (KafkaMicroBatchStream, KafkaOffsetReaderAdmin...) or the Java client's
+# (org.apache.kafka...) in the message.
 _SOURCE = re.compile(
-    r"kafka_source\.py|KafkaStreamReader|NoBrokersAvailable|KafkaError"
+    "|".join(re.escape(error.__name__) for error in (SourceReadFailed, SourceReadTimedOut))
+    + r"|KafkaStreamReader|NoBrokersAvailable|KafkaError"
     r"|org\.apache\.kafka\.|org\.apache\.spark\.sql\.kafka010\.|\[KAFKA_"
 )
 _TRACEBACK = "Traceback (most recent call last):"

@@ -31,8 +31,9 @@ from collections.abc import Callable, Mapping
 
 import pyarrow.fs as pafs
 
-from probe.spark.kafka_source import Offsets, TopicOffsets
+from probe.core.offset_ranges import Offsets
 from probe.spark.tables import filesystem_of, read_text
+from probe.spark.topic_offsets import TopicOffsets
 
 log = logging.getLogger(__name__)
 

@@ -255,7 +255,7 @@ class SparkSinkStage:
 
         Settings errors (ConfigError) are not restarted: they end the probe.
         """
-        strategy = RestartStrategy.from_config(self._config.sink.restart)
+        strategy = RestartStrategy(**self._config.sink.restart.model_dump())
         state = RestartState()
         timeout = self._config.sink.first_batch_timeout
         lag = asyncio.create_task(self._measure_lag(stop))

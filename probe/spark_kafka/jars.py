@@ -121,6 +121,17 @@ def session_jars(conf: Mapping[str, str], *, own_jvm: bool) -> list[str]:
     return [str(path) for path in paths]
 
 
+def require_connector(source: str, spark_conf: Mapping[str, str]) -> None:
+    """``sink.source: kafka`` with Spark's connector nowhere to be had (no cached jars,
+    none asked for in ``sink.spark_conf``): the ConfigError of :func:`session_jars`,
+    raised before a broker, a probe or Spark starts, by every command with a Spark
+    query. Under spark-submit the session checks spark-submit's own settings instead
+    (probe/spark/session.py), which only the started JVM knows."""
+    if source != "kafka" or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    session_jars(spark_conf, own_jvm=True)
+
+
 def install(jars: Path | None = None, *, maven: str = "mvn") -> Path:
     """Resolve the pinned jars from Maven Central into ``jars`` (once: a later call
     finds the stamp and returns). The copy is made beside and renamed into place, so

@@ -50,6 +50,12 @@ def target_name(config: ProbeConfig, kind: TargetKind) -> str:
     return TRANSPORTS[kind].layout(config).label
 
 
+def target_names(config: ProbeConfig) -> list[str]:
+    """The `target` labels of every configured target: what a probe's traces say it
+    probes (probe.tracing's resource)."""
+    return [target_name(config, kind) for kind in config.targets]
+
+
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
@@ -182,6 +188,8 @@ class TargetProbe:
             self._connect_failed(exc)
             self._set_ready(False, str(exc))
             raise
+        if self.layout.readers:
+            await self._topic_before_readers(transport)
         readers: dict[StageName, Transport] = {}
         for stage, build in self.layout.readers.items():
             reader = readers[stage] = build(None if self._metrics is None else self._metrics.group)
@@ -211,6 +219,19 @@ class TargetProbe:
             leader_of=self._leader_of,
         )
         await self.refresh()
+
+    async def _topic_before_readers(self, transport: Transport) -> None:
+        """Provision the topic before the readers of other stages start: a group
+        member that joins before the topic exists is assigned nothing, and its group
+        rebalances onto the topic only after its metadata shows it and the coordinator's
+        join delay (5 s on the embedded broker), every canary of the first rounds
+        judged lost meanwhile. A failure here is the round's refresh to report."""
+        try:
+            async with asyncio.timeout(self.layout.send_timeout):
+                if not await transport.partitions():
+                    await transport.provision()
+        except (TimeoutError, TransportError) as exc:
+            log.debug("target %s: topic before readers: %r", self.target, exc)
 
     def _keep_every_broker_leading(self, transport: Transport, replicas: TopicReplicas) -> None:
         """With topic management on, give every broker the lead of a canary partition

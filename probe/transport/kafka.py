@@ -66,6 +66,7 @@ from probe.transport.kafka_client import (
     CredentialFiles,
     connection_options,
     give_credentials,
+    never_auto_create,
     reason_for,
 )
 from probe.transport.kafka_connect_errors import (
@@ -234,7 +235,7 @@ class KafkaTransport:
         self._admin_lookup: asyncio.Task[None] | None = None
 
     def _new_consumer(self) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(
+        consumer = AIOKafkaConsumer(
             **self._options,
             group_id=None,
             enable_auto_commit=False,
@@ -243,10 +244,16 @@ class KafkaTransport:
             # (_out_of_range): the consumer raises OFFSET_OUT_OF_RANGE instead.
             auto_offset_reset="none",
         )
+        never_auto_create(consumer._client)
+        return consumer
 
     @staticmethod
     def _new_producer(options: Mapping[str, Any], *, idempotent: bool) -> AIOKafkaProducer:
-        return AIOKafkaProducer(**options, acks="all", enable_idempotence=idempotent, linger_ms=0)
+        producer = AIOKafkaProducer(
+            **options, acks="all", enable_idempotence=idempotent, linger_ms=0
+        )
+        never_auto_create(producer.client)
+        return producer
 
     async def _start_producer(self) -> None:
         try:

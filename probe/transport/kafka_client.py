@@ -24,24 +24,25 @@ probe's client asks about a topic that is gone: a broker back empty after losing
 storage, or a deleted topic. That topic also hides that the log started over (the
 probe re-creates and follows it, kafka._follow_restarted_logs): the reader waited at its
 old positions, every canary meanwhile lost. The topic is the probe's to provision
-(``kafka.create_topic``) or the operator's; so every metadata request of this process's
-aiokafka clients says no (:class:`_NoAutoCreation`, installed at import).
+(``kafka.create_topic``) or the operator's; so every metadata request of the probe's
+producer and consumers says no (:func:`never_auto_create`); other aiokafka clients in
+the same process (a test's) keep aiokafka's default.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiokafka.admin.client
 import aiokafka.client
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.metadata import MetadataRequest
 
 from probe.config import KafkaConfig
-from probe.core.credentials import Renewal, changed, credential_files, renewal
+from probe.core.credentials import PASSWORD_FILE, TLS_FILES, Renewal, changed, renewal
 from probe.core.errors import ConfigError
 from probe.keyfile import FileState, look
 from probe.transport.kafka_settings import aiokafka_security
@@ -49,20 +50,59 @@ from probe.transport.kafka_settings import aiokafka_security
 log = logging.getLogger(__name__)
 
 
-class _NoAutoCreation(MetadataRequest):  # type: ignore[misc]  # aiokafka is untyped
-    """A metadata request that never has the broker create the topics it names (see
-    the module's doc); versions 0-3 have no such flag, and every broker since Kafka
-    0.11 takes version 4 or later."""
+def credential_files(config: KafkaConfig) -> dict[str, str]:
+    """The files the Kafka clients' credentials come from, by setting
+    (probe.core.credentials names the settings)."""
+    files: dict[str, str] = {}
+    if config.sasl is not None and config.sasl.password_file is not None:
+        files[PASSWORD_FILE] = str(config.sasl.password_file)
+    if config.tls is not None:
+        for setting, path in zip(
+            TLS_FILES, (config.tls.ca_file, config.tls.cert_file, config.tls.key_file), strict=True
+        ):
+            if path is not None:
+                files[setting] = str(path)
+    return files
+
+
+# True while one of the probe's own clients makes a metadata request (never_auto_create):
+# a context variable, so that any other aiokafka client in the process (a test's, a
+# bridge's) keeps aiokafka's default.
+_PROBES_OWN: ContextVar[bool] = ContextVar("probes_own_metadata_request", default=False)
+
+
+class _MetadataRequest(MetadataRequest):  # type: ignore[misc]  # aiokafka is untyped
+    """aiokafka's metadata request, which for the probe's own clients never has the
+    broker create the topics it names (see the module's doc). Versions 0-3 have no
+    such flag; every broker since Kafka 0.11 takes version 4 or later."""
 
     def __init__(
         self, topics: list[str] | None = None, allow_auto_topic_creation: bool | None = None
     ) -> None:
-        super().__init__(topics, allow_auto_topic_creation=bool(allow_auto_topic_creation))
+        if allow_auto_topic_creation is None and _PROBES_OWN.get():
+            allow_auto_topic_creation = False
+        super().__init__(topics, allow_auto_topic_creation=allow_auto_topic_creation)
 
 
-# aiokafka's client and admin client build their metadata requests by this name.
-aiokafka.client.MetadataRequest = _NoAutoCreation
-aiokafka.admin.client.MetadataRequest = _NoAutoCreation
+# aiokafka's client builds its metadata requests by this name; for any client but the
+# probe's own, the request is aiokafka's as it was.
+aiokafka.client.MetadataRequest = _MetadataRequest
+
+
+def never_auto_create(client: AIOKafkaClient) -> None:
+    """This client's metadata requests (aiokafka's private ``_metadata_update``, which
+    builds the request before its first await) never have the broker create a topic.
+    The admin client needs none: its metadata requests name no topic."""
+    update = client._metadata_update
+
+    async def _metadata_update(cluster_metadata: Any, topics: Any) -> Any:
+        token = _PROBES_OWN.set(True)
+        try:
+            return await update(cluster_metadata, topics)
+        finally:
+            _PROBES_OWN.reset(token)
+
+    client._metadata_update = _metadata_update
 
 
 def connection_options(config: KafkaConfig) -> dict[str, Any]:

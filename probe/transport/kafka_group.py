@@ -57,6 +57,7 @@ from probe.transport.kafka_client import (
     CredentialFiles,
     connection_options,
     give_credentials,
+    never_auto_create,
     reason_for,
 )
 from probe.transport.kafka_connect_errors import start_or_say_why
@@ -211,6 +212,7 @@ class KafkaGroupReader:
             auto_offset_reset="latest",
             fetch_max_wait_ms=int(fetch_max_wait * 1000),
         )
+        never_auto_create(self._consumer._client)
         # The offset after the last record handed out, per partition: a record below
         # it came again after a rebalance (its commit was lost).
         self._positions: dict[int, int] = {}

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from probe.config import KafkaConfig
-from probe.core.credentials import Renewal, changed, credential_files, renewal
+from probe.core.credentials import Renewal, changed, renewal
+from probe.transport.kafka_client import credential_files
 
 SEEN = {"kafka.sasl.password_file": "a", "kafka.tls.cert_file": "c"}
 

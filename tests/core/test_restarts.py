@@ -66,7 +66,7 @@ def test_jitter_spreads_the_delay_both_ways(random: float, expected: float) -> N
 
 
 def test_the_defaults_are_flinks_exponential_delay_with_a_cap() -> None:
-    strategy = RestartStrategy.from_config(load().sink.restart)
+    strategy = RestartStrategy(**load().sink.restart.model_dump())
     assert strategy == RestartStrategy(
         initial_delay=1.0,
         multiplier=1.5,
@@ -77,4 +77,4 @@ def test_the_defaults_are_flinks_exponential_delay_with_a_cap() -> None:
         failure_window=3600.0,
     )
     config = load(overrides={"sink.restart.initial_delay": "5s", "sink.restart.max_failures": 3})
-    assert RestartStrategy.from_config(config.sink.restart).initial_delay == 5.0
+    assert RestartStrategy(**config.sink.restart.model_dump()).initial_delay == 5.0

@@ -21,8 +21,8 @@ from probe.gameday.faults.base import LocalTargets
 from probe.gameday.faults.coordinator import CoordinatorApi
 from probe.gameday.faults.kafka_wire import UNKNOWN_API, Frame, KafkaWire
 from probe.gameday.faults.proxy_rules import RequestHold
-from probe.gameday.faults.topic import write_records
 from probe.gameday.scenario import CoordinatorApiName, CoordinatorRequests
+from probe.transport.kafka_records import write_records
 
 # Every API a member sends its coordinator: with all of them dropped it is cut off.
 ALL_COORDINATOR_APIS: tuple[CoordinatorApiName, ...] = (

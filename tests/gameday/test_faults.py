@@ -25,7 +25,6 @@ from probe.gameday.faults.base import LocalTargets
 from probe.gameday.faults.clock_skew import shifted_clock_environment
 from probe.gameday.faults.hostile import tamper
 from probe.gameday.faults.proxy import TcpProxy
-from probe.gameday.faults.topic import read_latest, write_records
 from probe.gameday.scenario import (
     BrokerDataLoss,
     BrokerStop,
@@ -36,6 +35,7 @@ from probe.gameday.scenario import (
     ReplayedCanaries,
     SinkStall,
 )
+from probe.transport.kafka_records import read_latest, write_records
 
 RING = generate_key_ring("k1")
 

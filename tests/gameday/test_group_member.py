@@ -14,8 +14,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from probe.gameday.faults import build_fault
 from probe.gameday.faults.base import LocalTargets
 from probe.gameday.faults.group_member import GroupMemberFlappingFault
-from probe.gameday.faults.topic import write_records
 from probe.gameday.scenario import GroupMemberFlapping
+from probe.transport.kafka_records import write_records
 
 
 def test_the_group_id_is_the_probes_own_or_the_derived_one(targets: LocalTargets) -> None:

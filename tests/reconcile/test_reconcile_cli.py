@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from probe.config import load
-from probe.reconcile.runner import settings_of
+from probe.reconcile.reconciler import settings_of
 from probe.reconcile.windows import WindowSpec
 from probe.spark.checksum import RecordFormat
 from tests.conftest import SLA_PROBE

@@ -9,28 +9,20 @@ from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from confluent_kafka import KafkaError, Message, Producer
-from hypothesis import given
-from hypothesis import strategies as st
+from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from probe.core.judge import READ_AT_KEPT
-from probe.embedded import EmbeddedBroker, free_loopback_port
+from probe.core.offset_ranges import REREAD_RECORDS, OffsetRange
+from probe.embedded import EmbeddedBroker
+from probe.spark.kafka_reads import read_ranges
 from probe.spark.kafka_source import (
-    FORCED,
-    REREAD_RECORDS,
     SOURCE_NAME,
     KafkaStreamReader,
     KafkaStreamSource,
-    OffsetRange,
     OffsetRanges,
-    RangeReads,
-    admit,
-    client_config,
-    group_ranges,
-    read_ranges,
 )
 
 
@@ -107,48 +99,6 @@ def _drain(
     assert query.awaitTermination(180), "availableNow query did not finish"
     assert query.exception() is None
     return batches, sorted(rows)
-
-
-@pytest.mark.parametrize(
-    ("start", "latest", "limit", "end"),
-    [
-        ({"0": 0, "1": 0}, {"0": 10, "1": 2}, None, {"0": 10, "1": 2}),
-        ({"0": 0, "1": 0}, {"0": 10, "1": 2}, 6, {"0": 4, "1": 2}),
-        ({"0": 0, "1": 0, "2": 0}, {"0": 5, "1": 5, "2": 5}, 3, {"0": 1, "1": 1, "2": 1}),
-        ({"0": 3}, {"0": 3, "1": 4}, 100, {"0": 3, "1": 4}),
-        ({"0": 0, "1": 0}, {"0": 100, "1": 100}, 1, {"0": 1, "1": 0}),
-    ],
-)
-def test_admission_spreads_the_budget(
-    start: dict[str, int], latest: dict[str, int], limit: int | None, end: dict[str, int]
-) -> None:
-    planned = admit(start, latest, limit)
-    assert planned == end
-    if limit is not None:
-        assert sum(planned[p] - start.get(p, 0) for p in planned) <= limit
-
-
-@given(
-    sizes=st.lists(st.integers(min_value=1, max_value=50), min_size=1, max_size=30),
-    groups=st.integers(min_value=1, max_value=8),
-)
-def test_grouping_keeps_every_range_once_and_balances_records(
-    sizes: list[int], groups: int
-) -> None:
-    ranges = [OffsetRange("t", p, 10, 10 + n) for p, n in enumerate(sizes)]
-    grouped = group_ranges(ranges, groups)
-    assert len(grouped) == min(groups, len(ranges))
-    read = sorted((r for g in grouped for r in g), key=lambda r: r.partition)
-    assert read == ranges  # each once, unsplit
-    assert all(g == sorted(g, key=lambda r: r.partition) for g in grouped)
-    loads = [sum(r.size for r in g) for g in grouped]
-    # Largest-first greedy: no group exceeds another by more than one range's records.
-    assert max(loads) - min(loads) <= max(sizes)
-
-
-def test_without_a_cap_every_range_is_its_own_task() -> None:
-    ranges = [OffsetRange("t", p, 0, 1) for p in range(5)]
-    assert group_ranges(ranges, None) == [[r] for r in ranges]
 
 
 async def test_capped_tasks_read_several_partitions_each_in_offset_order(
@@ -237,34 +187,6 @@ async def test_an_added_partition_is_read(
     ]
 
 
-@pytest.mark.parametrize(
-    ("option", "setting"),
-    [
-        (("kafka.ssl.ca.location", "/ca.pem"), ("ssl.ca.location", "/ca.pem")),
-        (("kafka.sasl.username", "u"), ("sasl.username", "u")),
-        (("kafka.client.id", "sink"), ("client.id", "sink")),
-        # Spark hands its options lower-cased; a caller's own dict may not be.
-        (("KAFKA.Security.Protocol", "SSL"), ("security.protocol", "SSL")),
-    ],
-)
-def test_kafka_options_reach_librdkafka_as_they_are(
-    option: tuple[str, str], setting: tuple[str, str]
-) -> None:
-    """The source forwards its kafka.* options, the prefix removed: the driver gave
-    them in librdkafka's names (probe.transport.kafka_settings)."""
-    assert client_config({"bootstrap.servers": "k", option[0]: option[1]}) == {
-        "bootstrap.servers": "k",
-        setting[0]: setting[1],
-        **FORCED,
-    }
-    assert client_config({"bootstrap.servers": "k"}) == {"bootstrap.servers": "k", **FORCED}
-
-
-def test_a_reader_never_creates_the_topic_whatever_its_options() -> None:
-    options = {"bootstrap.servers": "k", "kafka.allow.auto.create.topics": "true"}
-    assert client_config(options)["allow.auto.create.topics"] == "false"
-
-
 def test_the_stream_readers_options_keep_their_names_as_spark_hands_them() -> None:
     """Spark passes options lower-cased; the executors' reads look them up by their
     documented names (fetchMaxWaitMs, readTimeoutSeconds)."""
@@ -280,23 +202,6 @@ def test_the_stream_readers_options_keep_their_names_as_spark_hands_them() -> No
 # --- What the source says at scale: counts and the first few, never every partition ---
 
 MANY = 200
-
-
-def test_a_read_that_makes_no_progress_times_out_naming_the_count_and_the_first_few() -> None:
-    """A task that hears nothing of its ranges (no broker answers) says how many it
-    still waits for and the first few, in a message whose size does not grow with
-    them, and what the client last said."""
-    nowhere = f"127.0.0.1:{free_loopback_port()}"
-    ranges = [OffsetRange("t", p, 0, 1) for p in range(MANY)]
-    started = time.monotonic()
-    with pytest.raises(TimeoutError) as timeout:
-        list(read_ranges({"bootstrap.servers": nowhere}, ranges, timeout=2))
-    assert time.monotonic() - started < 10
-    message = str(timeout.value)
-    assert message.startswith("offsets of topic t not readable within 2s: ")
-    assert f"{MANY} partitions, offsets 0..1 (first: 0:0..1, 1:0..1, " in message
-    assert "last client error: " in message
-    assert len(message) < 500
 
 
 async def test_logs_that_start_over_are_one_warning_however_many_partitions(
@@ -397,11 +302,11 @@ async def test_ranges_of_a_topic_re_created_under_the_read_end_with_its_new_logs
     await _create(broker, topic, 3, drop=True)
     _produce(broker, topic, {0: 2}, "new")
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="probe.spark.kafka_source"):
+    with caplog.at_level(logging.WARNING, logger="probe.spark.kafka_reads"):
         rows = _read(broker, planned, timeout=60)
     assert time.monotonic() - started < 30
     assert rows == [(0, 0, b"new-0-0"), (0, 1, b"new-0-1")]
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "probe.spark.kafka_source"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "probe.spark.kafka_reads"]
     assert "logs end before the ranges planned" in line
     assert "3 partitions, offsets 0..5 (0:2..5, 1:0..5, 2:0..5)" in line
 
@@ -423,49 +328,23 @@ async def test_a_topic_gone_plans_no_batch_and_ends_a_read_of_it(
             await admin.delete_topics([topic])
         finally:
             await admin.close()
-        with caplog.at_level(logging.INFO, logger="probe.spark.kafka_source"):
+        # The driver's line is the reader's (kafka_source), the task's its read's.
+        with (
+            caplog.at_level(logging.INFO, logger="probe.spark.kafka_source"),
+            caplog.at_level(logging.INFO, logger="probe.spark.kafka_reads"),
+        ):
             assert reader.latestOffset(start, ReadAllAvailable()) == start
             assert reader.latestOffset(start, ReadAllAvailable()) == start
             assert reader.reportLatestOffset() is None
             assert _read(broker, [OffsetRange(topic, 0, 0, 2)], timeout=60) == []
     finally:
         reader.stop()
-    lines = [r.getMessage() for r in caplog.records if r.name == "probe.spark.kafka_source"]
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name in ("probe.spark.kafka_source", "probe.spark.kafka_reads")
+    ]
     assert lines == [
         f"topic {topic} not found; no batch until it exists",
         f"topic {topic}: 1 partition 0 gone while being read; their records are gone with them",
     ]
-
-
-def test_a_tasks_reads_end_each_range_at_its_end_and_count_only_progress() -> None:
-    """The read's bookkeeping, fed messages as librdkafka hands them over: a range
-    ends at its last record, at a record past its end or at a log's end past it;
-    records before a range's start are skipped; a log that ends short ends its range
-    only after the grace; an error the client retries is not progress."""
-    reads = RangeReads.of(
-        [OffsetRange("t", 0, 5, 7), OffsetRange("t", 1, 0, 4), OffsetRange("t", 2, 0, 3)],
-        now=0.0,
-    )
-    eof = KafkaError(KafkaError._PARTITION_EOF, "end")
-    reads.take(
-        [
-            Message(topic="t", partition=0, offset=4, value=b"before"),
-            Message(topic="t", partition=0, offset=5, value=b"a"),
-            Message(topic="t", partition=0, offset=6, value=b"b"),
-            Message(topic="t", partition=1, offset=9, value=b"past"),
-            Message(topic="t", partition=2, offset=1, error=eof),
-        ],
-        now=1.0,
-    )
-    assert reads.batch().column("value").to_pylist() == [b"a", b"b"]
-    assert sorted(reads.owed) == [2]
-    assert reads.finished == [0, 1]
-    retried = KafkaError(KafkaError._TRANSPORT, "broker away")
-    reads.take([Message(topic="t", partition=2, offset=-1, error=retried)], now=2.0)
-    assert reads.progress_at == 1.0
-    assert reads.last_error == "broker away"
-    reads.end_short(now=2.0, grace=3.0)
-    assert sorted(reads.owed) == [2]
-    reads.end_short(now=4.0, grace=3.0)
-    assert not reads.owed
-    assert reads.cut_short == {2: (1, 3)}

@@ -8,22 +8,10 @@ import time
 from datetime import datetime
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 
 from probe.embedded import EmbeddedBroker
-from probe.spark.kafka_source import (
-    SOURCE_NAME,
-    Bound,
-    BoundSpec,
-    KafkaStreamSource,
-    OffsetRange,
-    assigned,
-    bound_spec,
-    clamp_ranges,
-    split_ranges,
-)
+from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource
 from tests.conftest import wait_for
 from tests.spark.test_kafka_source import _create, _produce
 
@@ -42,82 +30,6 @@ def _read(spark: SparkSession, broker: EmbeddedBroker, topic: str, **options: st
 
 def _rows(frame: DataFrame) -> list[tuple[int, int, str]]:
     return sorted((r.partition, r.offset, bytes(r.value).decode()) for r in frame.collect())
-
-
-@pytest.mark.parametrize(
-    ("options", "side", "expected"),
-    [
-        ({}, "starting", BoundSpec(None, {})),
-        ({"startingOffsets": "earliest"}, "starting", BoundSpec(None, {})),
-        ({"endingOffsets": "latest"}, "ending", BoundSpec(None, {})),
-        (
-            {"startingOffsets": '{"0": 4, "2": 0}'},
-            "starting",
-            BoundSpec(None, {"0": Bound("offset", 4), "2": Bound("offset", 0)}),
-        ),
-        (
-            {"endingTimestamp": "1700000000000"},
-            "ending",
-            BoundSpec(Bound("timestamp", 1700000000000), {}),
-        ),
-        (
-            {"startingOffsetsByTimestamp": '{"1": 1700000000000}'},
-            "starting",
-            BoundSpec(None, {"1": Bound("timestamp", 1700000000000)}),
-        ),
-    ],
-)
-def test_bounds_are_read_from_the_options(
-    options: dict[str, str], side: str, expected: BoundSpec
-) -> None:
-    assert bound_spec(options, side) == expected
-
-
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({"startingOffsets": "latest"}, "startingOffsets must be earliest or a JSON map"),
-        ({"endingOffsets": "earliest"}, "endingOffsets must be latest or a JSON map"),
-        ({"startingOffsets": '{"0": -1}'}, "JSON map"),
-        ({"startingTimestamp": "yesterday"}, "startingTimestamp must be epoch milliseconds"),
-        (
-            {"startingOffsets": '{"0": 1}', "startingTimestamp": "1"},
-            "give one of startingOffsets, startingTimestamp",
-        ),
-    ],
-)
-def test_bad_bounds_are_refused_naming_the_option(options: dict[str, str], message: str) -> None:
-    side = "ending" if any(name.startswith("ending") for name in options) else "starting"
-    with pytest.raises(ValueError, match=message):
-        bound_spec(options, side)
-
-
-def test_ranges_are_held_inside_the_log() -> None:
-    begin, end = {"0": 5, "1": 0, "2": 0}, {"0": 9, "1": 3, "2": 8}
-    assert clamp_ranges("t", begin, end, {"0": 2, "2": 6}, {"0": 20, "2": 4}) == [
-        OffsetRange("t", 0, 5, 9),  # the start before the log's beginning: from it
-        OffsetRange("t", 1, 0, 3),  # not named: the whole log
-        OffsetRange("t", 2, 6, 6),  # an end before the start: nothing
-    ]
-
-
-@given(
-    sizes=st.lists(st.integers(min_value=0, max_value=500), min_size=1, max_size=8),
-    pieces=st.integers(min_value=1, max_value=20),
-)
-def test_split_ranges_cover_every_offset_once(sizes: list[int], pieces: int) -> None:
-    ranges = [OffsetRange("t", p, 100, 100 + n) for p, n in enumerate(sizes)]
-    cut = split_ranges(ranges, pieces)
-    for offsets in ranges:
-        mine = [r for r in cut if r.partition == offsets.partition]
-        covered = [o for r in mine for o in range(r.start, r.end)]
-        assert covered == list(range(offsets.start, offsets.end))
-    filled = sum(1 for r in ranges if r.size)
-    if 0 < filled < pieces:
-        # Cut into pieces of at most an even share each.
-        assert max(r.size for r in cut) <= -(-sum(sizes) // pieces)
-    else:
-        assert cut == [r for r in ranges if r.size]
 
 
 async def test_offset_bounds_per_partition(
@@ -204,13 +116,6 @@ async def test_an_unknown_partition_or_topic_fails_the_read_naming_it(
         _read(spark, broker, topic, startingOffsets='{"7": 0}').collect()
     with pytest.raises(Exception, match="not found"):
         _read(spark, broker, f"{topic}-missing").collect()
-
-
-def test_assign_names_the_partitions_to_read() -> None:
-    assert assigned({"topic": "t"}) is None
-    assert assigned({"topic": "t", "assign": '{"t": [1, 3]}'}) == {"1", "3"}
-    with pytest.raises(ValueError, match=r'assign must be a JSON map \{"t": \[partition'):
-        assigned({"topic": "t", "assign": '{"other": [1]}'})
 
 
 async def test_assign_reads_only_the_partitions_named(

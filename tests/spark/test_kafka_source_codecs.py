@@ -15,14 +15,10 @@ from confluent_kafka import KafkaError, Message, Producer
 from pyspark.sql import DataFrame, SparkSession
 
 from probe.core.errors import TransportError
+from probe.core.offset_ranges import OffsetRange
 from probe.embedded import EmbeddedBroker
-from probe.spark.kafka_source import (
-    SOURCE_NAME,
-    KafkaStreamSource,
-    OffsetRange,
-    RangeReads,
-    read_ranges,
-)
+from probe.spark.kafka_reads import RangeReads, read_ranges
+from probe.spark.kafka_source import SOURCE_NAME, KafkaStreamSource
 
 CODECS = ["gzip", "snappy", "lz4", "zstd"]
 PER_PARTITION = 3

@@ -18,14 +18,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.config import load
 from probe.core.errors import TransportError
-from probe.spark.kafka_source import (
-    KafkaStreamReader,
-    OffsetRange,
-    TopicGone,
-    TopicOffsets,
-    plan_batch,
-    read_ranges,
-)
+from probe.core.offset_ranges import OffsetRange
+from probe.spark.kafka_reads import read_ranges
+from probe.spark.kafka_source import KafkaStreamReader, plan_batch
+from probe.spark.topic_offsets import TopicGone, TopicOffsets
 from probe.transport.kafka_settings import librdkafka_security
 from tests.apache_kafka.kafka_admin import admin, create_topic
 

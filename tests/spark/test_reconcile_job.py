@@ -19,13 +19,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from probe.core.errors import ConfigError, ReconcileFailed
+from probe.core.offset_ranges import OffsetRange
 from probe.embedded import EmbeddedBroker
 from probe.reconcile import job as job_module
 from probe.reconcile.job import ReconcileJob, ReconcileSettings
 from probe.reconcile.outcome import Reconciliation, WindowStatus
 from probe.reconcile.windows import WindowSpec
 from probe.spark.checksum import RecordFormat
-from probe.spark.kafka_source import OffsetRange, TopicOffsets
+from probe.spark.topic_offsets import TopicOffsets
 from tests.conftest import SLA_PROBE, until, wait_for
 from tests.spark.test_kafka_source import _create, _produce
 

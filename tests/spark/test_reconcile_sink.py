@@ -31,7 +31,8 @@ from probe.cli import main
 from probe.config import ProbeConfig, StageName, load
 from probe.embedded import EmbeddedBroker, free_loopback_port
 from probe.reconcile.outcome import Reconciliation, RecordResult
-from probe.reconcile.runner import Reconciler, serve_reconcile
+from probe.reconcile.reconciler import Reconciler
+from probe.services.reconcile import serve_reconcile
 from tests.conftest import Samples, http_status, sample, scrape, until, wait_for
 from tests.spark.test_sink import pipeline
 

@@ -18,8 +18,8 @@ from pyspark.sql import SparkSession
 from probe.config import ProbeConfig, load
 from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.reconcile.runner import serve_reconcile
-from probe.spark.standalone import serve_sink
+from probe.services.reconcile import serve_reconcile
+from probe.services.sink import serve_sink
 from tests.certificates import CertificateAuthority
 from tests.conftest import until
 from tests.endpoint_client import EndpointClient

@@ -20,10 +20,11 @@ from probe.config import ProbeConfig, load
 from probe.core.errors import RejectReason, TransportError
 from probe.core.judge import Finding
 from probe.core.keys import KeyRing, generate_key_ring
+from probe.core.offset_ranges import Offsets
 from probe.embedded import EmbeddedBroker
 from probe.services.once import OwnCanaries
 from probe.services.report import Tally
-from probe.spark.kafka_source import KafkaStreamReader, Offsets
+from probe.spark.kafka_source import KafkaStreamReader
 from probe.spark.sink import START_FILE, SinkJob
 from probe.spark.stage import SparkSinkStage, sink_settings
 from probe.stages.target import TargetProbe

@@ -21,7 +21,7 @@ import probe.submit
 from probe.config import load
 from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker, free_loopback_port
-from probe.spark.standalone import serve_sink
+from probe.services.sink import serve_sink
 from tests.certificates import CertificateAuthority
 from tests.conftest import (
     SLA_PROBE,

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
-from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import UnknownTopicOrPartitionError
 from confluent_kafka import Producer
@@ -182,7 +181,10 @@ async def test_a_broker_that_lost_its_data_is_read_from_the_new_log_at_once(
 
 
 async def _ask_about(config: ProbeConfig, topic: str) -> None:
-    asking = AIOKafkaProducer(**connection_options(config.kafka))
+    # A producer as the probe makes its own (the transport's factory).
+    asking = kafka_transport.KafkaTransport._new_producer(
+        connection_options(config.kafka), idempotent=False
+    )
     await asking.start()
     try:
         # aiokafka asks again until its request timeout; a second is plenty for an

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from probe.gameday.faults.topic import read_latest, write_records
+from probe.transport.kafka_records import read_latest, write_records
 
 if TYPE_CHECKING:
     from probe.gameday.faults.base import LocalTargets

@@ -1,6 +1,8 @@
-"""Raw records on the canary topic, for the faults that write what the probe did not.
+"""Raw records on the canary topic, for the game days' faults that write what the probe
+did not (hostile records, a replayed canary) and read back what is there.
 
-Plain aiokafka clients of their own (manual partition assignment: no consumer group,
+A transport, as every module that speaks a client library (probe/transport/__init__);
+plain aiokafka clients of their own (manual partition assignment: no consumer group,
 which the embedded broker does not need), through the same proxy as the probe; where
 a partition's log ends is the admin module's lookup.
 """

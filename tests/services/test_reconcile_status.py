@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from probe.core.errors import ReconcileFailed
 from probe.reconcile.outcome import Reconciliation
-from probe.reconcile.runner import RUNS_SHOWN, Readiness
+from probe.services.reconcile import RUNS_SHOWN, Readiness
 from probe.status_board import StatusView
 from probe.status_page import render
 from tests.status_dom import parse
