@@ -1,4 +1,5 @@
-"""Alertmanager's inhibition, applied to an alert timeline. Pure: times are arguments.
+"""Alertmanager's inhibition, applied to an alert timeline. Pure (times are arguments),
+but for :func:`documented_inhibit_rules`, which reads the rules from docs/alerting.md.
 
 docs/alerting.md documents the inhibit rules to configure (a silent partition mutes the
 watermark-skew burn of its target; a fast-burn page mutes the slow-burn ticket of its

@@ -1,4 +1,7 @@
-"""Transports: the only code that knows a client library.
+"""Transports: the only code that knows a client library (aiokafka, confluent-kafka,
+aiomqtt), as pyproject's import contract enforces; it lists the few places outside
+that must speak one themselves (Spark's executor reads, the game days' wire proxy and
+their second group member), each with its reason.
 
 Every transport implements :class:`Transport`: list the partitions (or shards) of the
 target, provision what is missing, cover them so arrivals are seen from now on, send

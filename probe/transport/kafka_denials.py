@@ -8,7 +8,8 @@ both. So a denial is named where it happens, by the operation the probe attempte
     'not authorized to Write to topic synthetic-sla as User:probe: grant User:probe
     Write on topic synthetic-sla (the ACLs the probe needs: docs/secured-clusters.md)'
 
-(one line; wrapped here). Pure: no client, no I/O.
+(one line; wrapped here). No client and no I/O: aiokafka's error classes only tell
+the refusals apart.
 """
 
 from __future__ import annotations
