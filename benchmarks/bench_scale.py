@@ -26,6 +26,14 @@ the broker's are told apart). For the probe: canaries by outcome (the delivered
 share), p50 and p99 end-to-end latency read off its histogram (interpolated within
 the bucket, as histogram_quantile does), and /metrics scraped every 15 s (median
 body size and time). For the bare client: exact p50 and p99 from its own timestamps.
+A peer can be measured beside them, on a fresh broker of its own, the same way from
+/proc (``--beside COMMAND``, for example KMinion's end-to-end monitor, which you fetch,
+build and configure yourself: nothing of another project is kept here). The command
+runs through the shell with ``BENCH_BOOTSTRAP_SERVERS``, ``BENCH_PARTITIONS`` and
+``BENCH_INTERVAL_S`` in its environment; its CPU per canary divides by the same rate
+(partitions x wall / interval), so it must send one canary per partition an interval.
+Its latency and outcomes are its own to report (its metrics), not read here.
+
 Figures only; nothing is asserted.
 """
 
@@ -59,6 +67,8 @@ PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 TOPIC = "bench-scale"
 SCRAPE_EVERY = 15.0  # seconds, as a Prometheus would
 RATE = 1000.0  # canaries/s: the probe's default kafka.max_send_rate, for the bare client too
+# A peer's start-up (topic checks, group joins) before its steady state is measured.
+BESIDE_WARMUP_S = 20.0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -218,14 +228,20 @@ def wait_first_round(port: int, partitions: int, interval: float, log: Path) -> 
         raise
 
 
-def measure_probe(broker: Broker, partitions: int, interval: float, k: int, series: str) -> dict:
+def measure_probe(
+    broker: Broker, partitions: int, interval: float, k: int, *, series: str, fetch_wait: float
+) -> dict:
     port = free_loopback_port()
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as scratch:
         config = Path(scratch) / "probe.yaml"
         config.write_text(
             json.dumps(
                 {
-                    "kafka": {"bootstrap_servers": broker.bootstrap_servers, "topic": TOPIC},
+                    "kafka": {
+                        "bootstrap_servers": broker.bootstrap_servers,
+                        "topic": TOPIC,
+                        "fetch_max_wait": f"{fetch_wait}s",
+                    },
                     "interval": f"{interval}s",
                     "log_level": "warning",
                     "metrics": {"partition_series": series},
@@ -299,13 +315,18 @@ def measure_probe(broker: Broker, partitions: int, interval: float, k: int, seri
     }
 
 
-async def bare_client(servers: str, partitions: int, interval: float, seconds: float) -> None:
+async def bare_client(
+    servers: str, partitions: int, interval: float, seconds: float, fetch_wait: float
+) -> None:
     """The bare side, in its own process: prints its latencies as JSON at the end."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: PLC0415
 
     producer = AIOKafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=0)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=servers, group_id=None, fetch_max_wait_ms=100, enable_auto_commit=False
+        bootstrap_servers=servers,
+        group_id=None,
+        fetch_max_wait_ms=int(fetch_wait * 1000),
+        enable_auto_commit=False,
     )
     await producer.start()
     await consumer.start()
@@ -352,11 +373,13 @@ async def bare_client(servers: str, partitions: int, interval: float, seconds: f
     print(json.dumps({"latencies_ms": latencies, "sent": rounds * partitions}), flush=True)
 
 
-def measure_bare(broker: Broker, partitions: int, interval: float, k: int) -> dict:
+def measure_bare(
+    broker: Broker, partitions: int, interval: float, k: int, fetch_wait: float
+) -> dict:
     seconds = (k + 1) * interval
     command = [sys.executable, __file__, "--bare", broker.bootstrap_servers]
     bare = subprocess.Popen(
-        [*command, str(partitions), str(interval), str(seconds)],
+        [*command, str(partitions), str(interval), str(seconds), str(fetch_wait)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -387,6 +410,50 @@ def measure_bare(broker: Broker, partitions: int, interval: float, k: int) -> di
     }
 
 
+def measure_beside(command: str, broker: Broker, partitions: int, interval: float, k: int) -> dict:
+    """A peer's process measured like the probe (the shell ``exec``s the command, so
+    its pid is the peer's), after its start-up (BESIDE_WARMUP_S) and one interval."""
+    env = {
+        **os.environ,
+        "BENCH_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
+        "BENCH_PARTITIONS": str(partitions),
+        "BENCH_INTERVAL_S": f"{interval:g}",
+    }
+    with tempfile.TemporaryFile() as log:
+        peer = subprocess.Popen(
+            ["/bin/sh", "-c", f"exec {command}"], env=env, stdout=log, stderr=log
+        )
+        try:
+            time.sleep(BESIDE_WARMUP_S + interval)
+            if peer.poll() is not None:
+                log.seek(0)
+                raise SystemExit(f"--beside exited {peer.returncode}: {log.read()[-1500:]!r}")
+            started = time.monotonic()
+            cpu0, broker0 = cpu_seconds(peer.pid), broker_cpu_seconds(broker)
+            rss = [rss_mib(peer.pid)]
+            while time.monotonic() - started < k * interval:
+                time.sleep(0.5)
+                rss.append(rss_mib(peer.pid))
+            wall = time.monotonic() - started
+            cpu = cpu_seconds(peer.pid) - cpu0
+            broker_cpu = broker_cpu_seconds(broker) - broker0
+        finally:
+            peer.terminate()
+            peer.wait(30)
+    nan = float("nan")
+    return {
+        "side": "peer",
+        "wall": wall,
+        "core": cpu / wall,
+        "ms_per_canary": 1e3 * cpu / (wall * partitions / interval),
+        "rss": max(rss),
+        "broker_core": broker_cpu / wall,
+        "delivered_share": nan,
+        "p50_ms": nan,
+        "p99_ms": nan,
+    }
+
+
 def show(partitions: int, interval: float, row: dict) -> None:
     scrape_text = ""
     if "scrape_kb" in row:
@@ -404,8 +471,10 @@ def show(partitions: int, interval: float, row: dict) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--bare":
-        servers, partitions, interval, seconds = sys.argv[2:6]
-        asyncio.run(bare_client(servers, int(partitions), float(interval), float(seconds)))
+        servers, partitions, interval, seconds, wait = sys.argv[2:7]
+        asyncio.run(
+            bare_client(servers, int(partitions), float(interval), float(seconds), float(wait))
+        )
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -420,26 +489,51 @@ def main() -> None:
     parser.add_argument(
         "--partition-series", default="all", choices=("all", "stale", "none"), help="probe setting"
     )
+    parser.add_argument(
+        "--fetch-max-wait",
+        type=float,
+        default=0.1,
+        metavar="SECONDS",
+        help="the probe's kafka.fetch_max_wait and the bare consumer's (default 0.1, the probe's)",
+    )
+    parser.add_argument(
+        "--beside",
+        metavar="COMMAND",
+        help="a peer measured beside, on its own fresh broker (see the module's doc)",
+    )
     options = parser.parse_args()
     cases = [tuple(c.split(":")) for c in options.case or ["100:20", "1000:2", "10000:20"]]
     print(
         f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f}; {options.broker} broker; probe defaults "
-        f"(kafka.max_send_rate {RATE:g}/s), metrics.partition_series {options.partition_series}"
+        f"(kafka.max_send_rate {RATE:g}/s), metrics.partition_series {options.partition_series}, "
+        f"fetch max wait {options.fetch_max_wait:g} s"
     )
     for count_text, interval_text in cases:
         partitions, interval = int(count_text), float(interval_text)
         k = max(options.intervals, int(-(-options.min_window // interval)))
         with fresh_broker(options.broker) as broker:
             create_topic(broker, partitions)
-            row = measure_probe(broker, partitions, interval, k, options.partition_series)
+            row = measure_probe(
+                broker,
+                partitions,
+                interval,
+                k,
+                series=options.partition_series,
+                fetch_wait=options.fetch_max_wait,
+            )
             show(partitions, interval, row)
             if row["delivered_share"] < 1:
                 print("  not every canary delivered; the probe's log:\n" + row["log"])
         if not options.no_bare:
             with fresh_broker(options.broker) as broker:
                 create_topic(broker, partitions)
-                show(partitions, interval, measure_bare(broker, partitions, interval, k))
+                bare = measure_bare(broker, partitions, interval, k, options.fetch_max_wait)
+                show(partitions, interval, bare)
+        if options.beside:
+            with fresh_broker(options.broker) as broker:
+                row = measure_beside(options.beside, broker, partitions, interval, k)
+                show(partitions, interval, row)
 
 
 if __name__ == "__main__":
