@@ -71,8 +71,10 @@ task's fixed cost (scheduling, its Python worker round trip) is far larger than 
 a few records, so a topic with many lightly used partitions wants the cap near the
 cluster's cores: batches then take one wave. Partitions that appear while the query runs
 are read from their beginning. A partition whose log now ends before the checkpointed
-offset (topic re-created, or a broker that lost its data) is read again from its
-beginning, and the reset is logged. ``Trigger.AvailableNow`` reads what was there when
+offset (truncated by an unclean election, topic re-created, or a broker that lost its
+data) is read again from ``REREAD_RECORDS`` before its end (the judge skips the
+canaries it read already: probe.core.offset_ranges.effective_start), and the reset is
+logged. ``Trigger.AvailableNow`` reads what was there when
 the query started, in batches of at most ``maxRecordsPerBatch``, then stops.
 
 Every task reads its ranges with :func:`~probe.spark.kafka_reads.read_ranges`, into
