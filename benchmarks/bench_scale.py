@@ -386,24 +386,12 @@ def measure_bare(
     assert bare.stdout is not None
     bare.stdout.readline()  # "ready": connected and positioned
     time.sleep(interval)  # the first round, as for the probe
-    started = time.monotonic()
-    cpu0, broker0 = cpu_seconds(bare.pid), broker_cpu_seconds(broker)
-    rss = [rss_mib(bare.pid)]
-    while time.monotonic() - started < k * interval:
-        time.sleep(0.5)
-        rss.append(rss_mib(bare.pid))
-    wall = time.monotonic() - started
-    cpu, broker_cpu = cpu_seconds(bare.pid) - cpu0, broker_cpu_seconds(broker) - broker0
+    row = measure_process("bare", bare.pid, broker, partitions / interval, k * interval)
     result = json.loads(bare.stdout.read().strip().splitlines()[-1])
     bare.wait(30)
     latencies = result["latencies_ms"]
     return {
-        "side": "bare",
-        "wall": wall,
-        "core": cpu / wall,
-        "ms_per_canary": 1e3 * cpu / (wall * partitions / interval),
-        "rss": max(rss),
-        "broker_core": broker_cpu / wall,
+        **row,
         "delivered_share": len(latencies) / result["sent"],
         "p50_ms": latencies[len(latencies) // 2] if latencies else float("nan"),
         "p99_ms": latencies[int(len(latencies) * 0.99)] if latencies else float("nan"),
@@ -428,29 +416,32 @@ def measure_beside(command: str, broker: Broker, partitions: int, interval: floa
             if peer.poll() is not None:
                 log.seek(0)
                 raise SystemExit(f"--beside exited {peer.returncode}: {log.read()[-1500:]!r}")
-            started = time.monotonic()
-            cpu0, broker0 = cpu_seconds(peer.pid), broker_cpu_seconds(broker)
-            rss = [rss_mib(peer.pid)]
-            while time.monotonic() - started < k * interval:
-                time.sleep(0.5)
-                rss.append(rss_mib(peer.pid))
-            wall = time.monotonic() - started
-            cpu = cpu_seconds(peer.pid) - cpu0
-            broker_cpu = broker_cpu_seconds(broker) - broker0
+            row = measure_process("peer", peer.pid, broker, partitions / interval, k * interval)
         finally:
             peer.terminate()
             peer.wait(30)
     nan = float("nan")
+    return {**row, "delivered_share": nan, "p50_ms": nan, "p99_ms": nan}
+
+
+def measure_process(side: str, pid: int, broker: Broker, rate: float, window: float) -> dict:
+    """A client process's CPU (as a share of a core, and per canary at ``rate`` a
+    second), its resident memory at most, and the broker's CPU, over ``window`` s."""
+    started = time.monotonic()
+    cpu0, broker0 = cpu_seconds(pid), broker_cpu_seconds(broker)
+    rss = [rss_mib(pid)]
+    while time.monotonic() - started < window:
+        time.sleep(0.5)
+        rss.append(rss_mib(pid))
+    wall = time.monotonic() - started
+    cpu, broker_cpu = cpu_seconds(pid) - cpu0, broker_cpu_seconds(broker) - broker0
     return {
-        "side": "peer",
+        "side": side,
         "wall": wall,
         "core": cpu / wall,
-        "ms_per_canary": 1e3 * cpu / (wall * partitions / interval),
+        "ms_per_canary": 1e3 * cpu / (wall * rate),
         "rss": max(rss),
         "broker_core": broker_cpu / wall,
-        "delivered_share": nan,
-        "p50_ms": nan,
-        "p99_ms": nan,
     }
 
 
