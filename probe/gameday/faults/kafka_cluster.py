@@ -27,7 +27,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from probe.core.errors import ProbeError
-from probe.transport.kafka_admin import BROKER, TOPIC, ClusterAdmin, Config, cluster_topics
+from probe.transport.kafka_admin import (
+    BROKER,
+    MIN_INSYNC,
+    TOPIC,
+    ClusterAdmin,
+    Config,
+    cluster_topics,
+)
 
 if TYPE_CHECKING:
     from probe.apache_kafka.cluster import KafkaCluster
@@ -405,7 +412,6 @@ def _topic_partitions(bootstrap_servers: str, topic: str) -> list[dict[str, Any]
     raise ClusterFaultError(f"topic {topic}: not in the cluster's metadata")
 
 
-MIN_INSYNC = "min.insync.replicas"
 # From the only in-sync replica's death to the stale replicas' election: the
 # controller elects outside the ISR only once the dead broker is fenced, when its
 # session times out (broker.session.timeout.ms, 9 s).
