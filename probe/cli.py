@@ -274,7 +274,9 @@ def _common(interval_path: str, interval_help: str, *, section: str) -> Callable
             _target(),
             _signing_key_file(),
             _option(
-                "fetch-max-wait", "kafka.fetch_max_wait", "Consumer fetch max wait (1ms..10s)."
+                "fetch-max-wait",
+                "kafka.fetch_max_wait",
+                "Consumer fetch max wait (1ms..10s, or auto).",
             ),
             _option(
                 "send-timeout", "kafka.send_timeout", "Produce acknowledgement timeout (100ms..5m)."

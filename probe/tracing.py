@@ -353,6 +353,13 @@ def _ids_only() -> IdGenerator | None:
     return _installed[0].id_generator
 
 
+def exporting() -> bool:
+    """Whether spans are built and go somewhere. When not, a canary's fate needs no
+    span ids unless a log line names them, and a histogram no exemplar: it would point
+    at a trace that no backend has."""
+    return _ids_only() is None
+
+
 @contextmanager
 def produce_span(
     *, system: str, destination: str, partition: int, target: str, probe_id: str, seq: int

@@ -347,6 +347,10 @@ def _default_text(info: FieldInfo, metadata: list[object]) -> str:
         return ""  # a section present by default: its settings are below
     if default is not None and _is_duration(metadata):
         return _code(format_duration(float(default)))  # type: ignore[arg-type]
+    if default is None and any(
+        getattr(getattr(m, "func", None), "__name__", "") == "_auto_is_none" for m in metadata
+    ):
+        return _code("auto")  # a setting the probe decides unless given (None as auto)
     return _code(_yaml_value(default))
 
 

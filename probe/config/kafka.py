@@ -15,7 +15,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+)
 
 from probe.config.base import _Section
 from probe.config.durations import MINUTE, Duration, _between
@@ -70,6 +77,11 @@ class SaslConfig(_Section):
 # A host name or an IPv4 address; an IPv6 address goes in brackets: [::1]:9092.
 _BROKER_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
 _BRACKETED_IPV6 = re.compile(r"\[([^\]]*)\](?::(.*))?")
+
+
+def _auto_is_none(value: object) -> object:
+    """``auto`` for a setting the probe decides (held as None, as null is)."""
+    return None if isinstance(value, str) and value.strip().lower() == "auto" else value
 
 
 def _broker_list(servers: str | None) -> str | None:
@@ -165,11 +177,16 @@ class KafkaConfig(_Section):
     # True: a producer id is required (a refusal is a connection failure).
     idempotence: bool = False
     send_timeout: Annotated[Duration, _between(0.1, 5 * MINUTE)] = 10.0
-    # The consumer's fetch max wait bounds measured latency on brokers that answer a
-    # fetch only when it runs out (the embedded one); Apache Kafka answers as soon as
-    # data arrives, so a short wait costs it only a few empty fetches per second.
-    # At most 10 s: on such a broker every canary would wait that long to be read.
-    fetch_max_wait: Annotated[Duration, _between(0.001, 10.0)] = 0.1
+    # The consumer's fetch max wait. auto (null, the default): 100 ms, and 1 s once the
+    # probe's own canaries show that the brokers answer a held fetch as soon as a
+    # record arrives (Apache Kafka does: there a short wait only multiplies empty
+    # fetches), never for brokers that hold fetches whatever arrives (the embedded
+    # one: there the wait bounds measured latency); probe.core.fetch_wait. A duration
+    # pins it. At most 10 s: on a broker that holds fetches every canary would wait
+    # that long to be read.
+    fetch_max_wait: Annotated[
+        Duration | None, BeforeValidator(_auto_is_none), _between(0.001, 10.0)
+    ] = None
     # Topic management (the default, as in every probe of its kind): create (and
     # re-create) the topic if missing, and keep a canary partition led by every broker
     # (probe.core.leadership). False where the probe must not administer topics.

@@ -400,6 +400,7 @@ class ProbeMetrics:
         self.staleness.add(StageSource(target, stage, judge, int(threshold_s * 1e9)))
 
     def count(self, target: str, stage: str, findings: Iterable[Finding]) -> None:
+        exporting = tracing.exporting()
         for finding in findings:
             if isinstance(finding, Fate):
                 outcome = finding.outcome.value
@@ -408,8 +409,9 @@ class ProbeMetrics:
                 if broker is not None:
                     self._fate_child(self.broker_canaries, target, stage, broker, outcome).inc()
                 if finding.latency_ns is not None:
-                    # The exemplar lets a dashboard jump from a slow bucket to the trace.
-                    ids = tracing.ids_of(finding.trace_context)
+                    # The exemplar lets a dashboard jump from a slow bucket to the trace,
+                    # when there is one to jump to.
+                    ids = tracing.ids_of(finding.trace_context) if exporting else None
                     exemplar = (
                         None if ids is None else {"trace_id": ids.trace_id, "span_id": ids.span_id}
                     )

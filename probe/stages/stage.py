@@ -347,9 +347,21 @@ class Stage:
             produced_ns = None
         else:
             trace_context, produced_ns = canary.trace_context, canary.produced_ns
-        finding = dataclasses.replace(finding, trace_context=trace_context, broker=broker)
-        ids = self._fate_span(finding, arrival)
-        if finding.outcome is not Outcome.DELIVERED:
+        # Built, not dataclasses.replace()d: a third of the cost, for every canary.
+        finding = Fate(
+            key=finding.key,
+            seq=finding.seq,
+            outcome=finding.outcome,
+            latency_ns=finding.latency_ns,
+            trace_context=trace_context,
+            broker=broker,
+            reason=finding.reason,
+        )
+        delivered = finding.outcome is Outcome.DELIVERED
+        # A delivered canary's ids serve its span alone (no log line names them): none
+        # to make when spans go nowhere (a fifth of an arrival's cost).
+        ids = None if delivered and not tracing.exporting() else self._fate_span(finding, arrival)
+        if not delivered:
             fields = self._join_fields(
                 trace_ids=ids,
                 probe_id=finding.key.probe_id,

@@ -56,6 +56,7 @@ from aiokafka.errors import (
 
 from probe.config import KafkaConfig
 from probe.core.errors import ConnectFailed, ProduceFailed, ProduceFailure, TransportError
+from probe.core.fetch_wait import FetchWait
 from probe.core.leadership import LeaderPlan
 from probe.core.partition_summary import partitions_summary, ranges_summary
 from probe.core.replicas import TopicReplicas, broker_address, topic_replicas
@@ -68,6 +69,7 @@ from probe.transport.kafka_client import (
     give_credentials,
     never_auto_create,
     reason_for,
+    set_fetch_max_wait,
 )
 from probe.transport.kafka_connect_errors import (
     DIAGNOSE_EVERY,
@@ -147,6 +149,8 @@ class _Awaited:
     until: float = 0.0  # monotonic time after which they are given up on
     # The offsets the broker acknowledged them at, once it has (see _out_of_range).
     offsets: dict[bytes, int] = field(default_factory=dict)
+    # When the acknowledgement came (monotonic), while the fetch wait is being decided.
+    acked_at: dict[bytes, float] = field(default_factory=dict)
 
 
 class KafkaTransport:
@@ -188,6 +192,8 @@ class KafkaTransport:
         self._credentials = CredentialFiles(config)
         options = connection_options(config)
         self._options = options
+        # kafka.fetch_max_wait, or (auto) decided from the brokers' read delays.
+        self._fetch_wait = FetchWait(config.fetch_max_wait)
         self._watch = ConnectionWatch(
             config, lambda: self._options, every=diagnose_every, on_failed=on_connect_failed
         )
@@ -239,7 +245,7 @@ class KafkaTransport:
             **self._options,
             group_id=None,
             enable_auto_commit=False,
-            fetch_max_wait_ms=int(self._config.fetch_max_wait * 1000),
+            fetch_max_wait_ms=max(1, round(self._fetch_wait.seconds * 1000)),
             # A position that falls off the log is moved by the transport itself
             # (_out_of_range): the consumer raises OFFSET_OUT_OF_RANGE instead.
             auto_offset_reset="none",
@@ -612,6 +618,8 @@ class KafkaTransport:
             del self._positions[gone]
             self._awaited.pop(gone, None)
         self._assigned = wanted
+        if self._following() and self._fetch_wait.reset() is not None:
+            self._fetch_wait_changed("the reader follows the writer from now on")
         self._reposition({})
 
     def _reposition(self, positions: Mapping[int, int]) -> None:
@@ -754,12 +762,48 @@ class KafkaTransport:
             self._came_back(partition, payload)  # the producer's deadline passed, as above
             self._lost(partition, exc)
             raise
+        read_back = payload not in awaited.payloads  # before its acknowledgement came
+        if self._deciding_wait():
+            if read_back:
+                self._read_after(0.0)
+            else:
+                awaited.acked_at[payload] = time.monotonic()
         offset = getattr(metadata, "offset", None)
         if not (isinstance(offset, int) and offset >= 0):
             return None
-        if payload in awaited.payloads:  # not read back before its acknowledgement came
+        if not read_back:
             awaited.offsets[payload] = offset
         return offset
+
+    def _deciding_wait(self) -> bool:
+        """Whether read delays decide the fetch wait now: not when pinned, and not for a
+        reader that follows the writer, which keeps the short wait (its assignment
+        changes every round, and the fetch that a change throws away is still held by
+        the broker, delaying the next one on that connection for what is left of it)."""
+        return self._fetch_wait.adapts and not self._following()
+
+    def _following(self) -> bool:
+        return self._writes and len(self._assigned) > self._follow_above
+
+    def _read_after(self, delay: float) -> None:
+        changed = self._fetch_wait.read_after(delay)
+        if changed is None:
+            return
+        p90 = self._fetch_wait.last_p90 or 0.0
+        within = f"90 % of canaries read back within {p90 * 1e3:.0f} ms of their acknowledgement"
+        if changed > self._fetch_wait.short:
+            self._fetch_wait_changed(f"the brokers answer fetches as records arrive ({within})")
+        else:
+            self._fetch_wait_changed(f"records are read late at the long wait ({within})")
+
+    def _fetch_wait_changed(self, why: str) -> None:
+        """Give every consumer the fetch wait just decided."""
+        seconds = self._fetch_wait.seconds
+        log.info("topic %s: %s: fetch max wait %gs", self._topic, why, seconds)
+        consumers = {id(lane.consumer): lane.consumer for lane in self._lanes.values()}
+        consumers[id(self._consumer)] = self._consumer
+        for consumer in consumers.values():
+            set_fetch_max_wait(consumer, seconds)
 
     async def _enqueue(
         self, partition: int, payload: bytes, headers: list[tuple[str, bytes]]
@@ -812,10 +856,10 @@ class KafkaTransport:
         # so a problem is over only once fetches have worked for longer than that: a
         # call that comes back clean before the retry (nothing fetched yet, or records
         # of another partition) does not clear it, and readiness does not flap.
-        settle_s = self._config.fetch_max_wait + 2.0
-        # A reader that writes looks for newly written partitions about once a fetch.
-        wait_s = self._config.fetch_max_wait
-        poll_ms = max(10, int(wait_s * 1000))
+        # A reader that follows the writer looks for newly written partitions about once
+        # a short fetch wait; one that reads every partition has nothing to look for
+        # (its assignment changes only with the partitions or their logs: _reposition).
+        wait_s = self._fetch_wait.short
         # The lane's assignment changes only once every partition it reads has come
         # back in a fetch since the last change: a change throws away every fetch the
         # lane's consumer has in flight, and changing it at every turn would throw them
@@ -848,7 +892,8 @@ class KafkaTransport:
                 await asyncio.sleep(max(wait_s, IDLE_LANE_LOOKS_EVERY))
                 continue
             try:
-                batch = await lane.consumer.getmany(timeout_ms=poll_ms if self._writes else 1000)
+                poll_ms = max(10, round(wait_s * 1000)) if self._following() else 1000
+                batch = await lane.consumer.getmany(timeout_ms=poll_ms)
             except OffsetOutOfRangeError as exc:
                 await self._out_of_range(exc.args[0] if exc.args else {})
                 continue
@@ -861,6 +906,7 @@ class KafkaTransport:
                 self._note_read_problem(denial(exc, "Read", self._config) or f"fetch failed: {exc}")
                 await asyncio.sleep(1.0)
                 continue
+            settle_s = self._fetch_wait.seconds + 2.0
             if self._read_problem is not None and time.monotonic() - self._failed_at > settle_s:
                 self._note_read_problem(None)
             if batch:
@@ -959,6 +1005,9 @@ class KafkaTransport:
         except ValueError:
             return
         awaited.offsets.pop(value, None)
+        acked_at = awaited.acked_at.pop(value, None)
+        if acked_at is not None and self._deciding_wait():
+            self._read_after(time.monotonic() - acked_at)
         if not awaited.payloads:
             del self._awaited[partition]
 

@@ -191,3 +191,14 @@ def give_credentials(
             client._sasl_plain_password = options.get("sasl_plain_password")
         if what.tls:
             client._ssl_context = options.get("ssl_context")
+
+
+def set_fetch_max_wait(consumer: Any, seconds: float) -> None:
+    """Change a running aiokafka consumer's fetch max wait: its next fetch asks for it.
+
+    aiokafka reads it from its fetcher at every fetch request it builds and has no
+    public setter; a new consumer instead would throw away its positions and fetches.
+    A consumer not started yet has no fetcher: it was built with the wait it needs."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is not None:
+        fetcher._fetch_max_wait_ms = max(1, round(seconds * 1000))

@@ -186,3 +186,28 @@ def test_a_topic_kafka_refuses_to_create_is_named_not_taken_for_created(
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"cannot create topic {topic}" in done.stdout + done.stderr
     assert "InvalidReplicationFactor" in done.stdout + done.stderr
+
+
+def test_the_reader_waits_long_on_fetches_because_the_brokers_answer_as_records_arrive(
+    kafka_cluster: KafkaCluster, topic: str
+) -> None:
+    # kafka.fetch_max_wait auto (the default): Apache Kafka answers a held fetch when a
+    # record arrives, so the probe's own canaries come back within milliseconds of their
+    # acknowledgement at the short wait, and the reader takes the long one.
+    # (once logs at warning when told info: its decisions are logged at info.)
+    done = once(
+        kafka_cluster, topic, "--rounds", "40", "--interval", "100ms", "--log-level", "debug"
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    decided = [
+        json.loads(line)["msg"]
+        for line in done.stderr.splitlines()
+        if line.startswith("{") and "fetch max wait" in line
+    ]
+    assert any(
+        "the brokers answer fetches as records arrive" in msg and msg.endswith("fetch max wait 1s")
+        for msg in decided
+    ), done.stderr[-3000:]
+    outcomes = target_report(done.stdout)["stages"]["consumer"]["outcomes"]
+    assert outcomes["lost"] == outcomes["late"] == outcomes["produce_failed"] == 0

@@ -225,7 +225,7 @@ DURATION_BOUNDS = [
     ("once.interval", "100ms", "5m", "1s"),
     ("once.loss_timeout", "1s", "1h", "10s"),
     ("kafka.send_timeout", "100ms", "5m", "10s"),
-    ("kafka.fetch_max_wait", "1ms", "10s", "100ms"),
+    ("kafka.fetch_max_wait", "1ms", "10s", "auto"),
     ("judge.freshness", "10ms", "1h", "5s"),
     ("judge.loss_timeout", "1s", "24h", "60s"),
     ("metrics.latency_threshold", "1ms", "1h", "500ms"),
@@ -255,7 +255,9 @@ def test_duration_bounds(field: str, low: str, high: str, default: str) -> None:
         "judge.freshness": {"judge.loss_timeout": "24h"},
     }
     base: dict[str, object] = {**others.get(field, {})}
-    assert _value(load(overrides=base), field) == parse_duration(default)
+    # auto: the probe decides (held as None).
+    expected = None if default == "auto" else parse_duration(default)
+    assert _value(load(overrides=base), field) == expected
     for inside in (low, high):
         assert _value(load(overrides={**base, field: inside}), field) == parse_duration(inside)
     for outside in (parse_duration(low) * 0.99, parse_duration(high) * 1.01):
@@ -278,6 +280,9 @@ def test_every_duration_setting_is_in_the_table() -> None:
         for name, info in model.model_fields.items()
         if any(getattr(m, "func", None) is parse_duration for m in info.metadata)
     }
+    # Optional durations (null: none) are not in the table, but for one that null
+    # does not switch off: auto, the probe deciding.
+    durations.add("kafka.fetch_max_wait")
     assert durations == {field for field, *_ in DURATION_BOUNDS}
 
 
