@@ -58,7 +58,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probe.apache_kafka.cluster import KafkaCluster
+from probe.core.fetch_wait import LONG, SHORT
 from probe.embedded import EmbeddedBroker, free_loopback_port
+from probe.stages.producer import burst_size
 from probe.transport.kafka_admin import PARTITIONS_PER_REQUEST, grow
 
 SLA_PROBE = Path(sys.executable).with_name("sla-probe")
@@ -229,7 +231,7 @@ def wait_first_round(port: int, partitions: int, interval: float, log: Path) -> 
 
 
 def measure_probe(
-    broker: Broker, partitions: int, interval: float, k: int, *, series: str, fetch_wait: float
+    broker: Broker, partitions: int, interval: float, k: int, *, series: str, fetch_wait: str
 ) -> dict:
     port = free_loopback_port()
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as scratch:
@@ -240,7 +242,7 @@ def measure_probe(
                     "kafka": {
                         "bootstrap_servers": broker.bootstrap_servers,
                         "topic": TOPIC,
-                        "fetch_max_wait": f"{fetch_wait}s",
+                        "fetch_max_wait": fetch_wait if fetch_wait == "auto" else f"{fetch_wait}s",
                     },
                     "interval": f"{interval}s",
                     "log_level": "warning",
@@ -351,7 +353,7 @@ async def bare_client(
     reader = asyncio.create_task(read())
     loop = asyncio.get_running_loop()
     spacing = min(1 / RATE, 0.8 * interval / partitions)
-    burst = max(1, round(0.02 / spacing))
+    burst = burst_size(spacing, None)  # as the probe's paced rounds
     rounds = 0
     began = loop.time()
     print("ready", flush=True)
@@ -482,10 +484,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--fetch-max-wait",
-        type=float,
-        default=0.1,
+        default="auto",
         metavar="SECONDS",
-        help="the probe's kafka.fetch_max_wait and the bare consumer's (default 0.1, the probe's)",
+        help="the probe's kafka.fetch_max_wait and the bare consumer's (default auto: the "
+        "probe decides; the bare consumer waits what the probe settles at on that broker, "
+        "1 s on Apache Kafka, 0.1 s on the embedded one)",
     )
     parser.add_argument(
         "--beside",
@@ -498,7 +501,12 @@ def main() -> None:
         f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f}; {options.broker} broker; probe defaults "
         f"(kafka.max_send_rate {RATE:g}/s), metrics.partition_series {options.partition_series}, "
-        f"fetch max wait {options.fetch_max_wait:g} s"
+        f"fetch max wait {options.fetch_max_wait}"
+    )
+    bare_wait = (
+        float(options.fetch_max_wait)
+        if options.fetch_max_wait != "auto"
+        else (LONG if options.broker == "apache-kafka" else SHORT)
     )
     for count_text, interval_text in cases:
         partitions, interval = int(count_text), float(interval_text)
@@ -519,7 +527,7 @@ def main() -> None:
         if not options.no_bare:
             with fresh_broker(options.broker) as broker:
                 create_topic(broker, partitions)
-                bare = measure_bare(broker, partitions, interval, k, options.fetch_max_wait)
+                bare = measure_bare(broker, partitions, interval, k, bare_wait)
                 show(partitions, interval, bare)
         if options.beside:
             with fresh_broker(options.broker) as broker:

@@ -293,6 +293,16 @@ async def test_a_large_topic_is_read_where_canaries_are_on_their_way(
         for _ in range(3):
             await probe.produce_round()
         await until(lambda: probe.judge.pending_count() == 0, 10, "every fate")
+        # Nothing on its way: the reader fetches nothing until the next round (its
+        # consumers keep their partitions, paused).
+        transport = probe.transport
+        assert isinstance(transport, kafka_transport.KafkaTransport)
+
+        def idle() -> bool:
+            consumers = [lane.consumer for lane in transport._lanes.values()]
+            return all(c.paused() == c.assignment() for c in consumers)
+
+        await until(idle, 10, "every lane paused")
         producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
         producer.produce(topic, b"not a canary", partition=4)
         assert producer.flush(10) == 0
