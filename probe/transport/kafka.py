@@ -123,6 +123,10 @@ FOLLOW_ABOVE = 256
 FETCH_PATIENCE = 1.0
 FETCH_PATIENCE_AT_MOST = 8.0
 
+# How long a lane has had nothing on its way before it pauses its partitions (rounds
+# are at least a second apart; within one, bursts are 20 ms apart).
+PAUSE_IDLE_AFTER = 0.5
+
 # How often a lane with nothing to read looks for partitions to take on, at least (it
 # looks whenever a canary is written).
 IDLE_LANE_LOOKS_EVERY = 1.0
@@ -687,11 +691,13 @@ class KafkaTransport:
     def _to_read(self) -> frozenset[int]:
         """The partitions to fetch now: all of them for a reader that never writes or
         a small topic; else those with a canary on its way (see the module doc)."""
-        if not self._writes or len(self._assigned) <= self._follow_above:
-            return frozenset(self._assigned)
+        # Canaries never read back are given up on after the loss timeout, whatever
+        # is read: a reader of the whole topic kept each one of them for good.
         now = time.monotonic()
         for partition in [p for p, awaited in self._awaited.items() if awaited.until < now]:
             del self._awaited[partition]
+        if not self._writes or len(self._assigned) <= self._follow_above:
+            return frozenset(self._assigned)
         return frozenset(self._awaited.keys() & self._assigned)
 
     def _read(self, lane: Lane, wanted: frozenset[int], *, force: bool = False) -> bool:
@@ -742,7 +748,18 @@ class KafkaTransport:
         apart. A paused partition keeps its place in the assignment and its position,
         and pausing or resuming throws away no fetch in flight (changing the
         assignment does); anything else written to it is read when its next canary is.
+        A lane pauses only after PAUSE_IDLE_AFTER with nothing on its way: within a
+        round, pausing between two bursts and resuming at the next one churned the
+        lane's fetches (300 partitions on Apache Kafka's three brokers: a p99 of 375 ms
+        in one run of three, against 236 to 246 ms without pausing or with the delay).
         """
+        now = time.monotonic()
+        if not idle:
+            lane.idle_since = None
+        elif lane.idle_since is None:
+            lane.idle_since = now
+        if lane.idle_since is not None and now - lane.idle_since < PAUSE_IDLE_AFTER:
+            return  # a gap between two bursts of a round, not between rounds
         if idle == lane.paused or not lane.reading:
             return
         tps = [self._tp(p) for p in sorted(lane.reading)]

@@ -46,8 +46,9 @@ class Lane:
     all_fetched: bool = False
     # How long its assignment waits for a fetch still out (see KafkaTransport._read_lane).
     patience: float = 0.0
-    # Whether its partitions are paused: nothing is on its way to them (see
-    # KafkaTransport._pause_idle).
+    # Since when nothing has been on its way to its partitions (None: something is),
+    # and whether they are paused for it (see KafkaTransport._pause_idle).
+    idle_since: float | None = None
     paused: bool = False
     pump: asyncio.Task[None] | None = None
 
