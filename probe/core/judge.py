@@ -223,6 +223,14 @@ class Fate:
     broker: int | None = None
     reason: str | None = None
 
+    def attributed(self, trace_context: str | None, broker: int | None) -> Fate:
+        """This fate with its canary's trace context and broker, as the shell knows
+        them. Built, not ``dataclasses.replace()``d: a third of the cost, and it runs
+        for every canary."""
+        return Fate(
+            self.key, self.seq, self.outcome, self.latency_ns, trace_context, broker, self.reason
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Anomaly:

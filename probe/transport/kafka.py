@@ -66,6 +66,7 @@ from probe.transport.kafka_admin import create_topic, min_insync_replicas, reass
 from probe.transport.kafka_client import (
     CredentialFiles,
     connection_options,
+    fetch_max_wait_ms,
     give_credentials,
     never_auto_create,
     reason_for,
@@ -252,7 +253,7 @@ class KafkaTransport:
             **self._options,
             group_id=None,
             enable_auto_commit=False,
-            fetch_max_wait_ms=max(1, round(self._fetch_wait.seconds * 1000)),
+            fetch_max_wait_ms=fetch_max_wait_ms(self._fetch_wait.seconds),
             # A position that falls off the log is moved by the transport itself
             # (_out_of_range): the consumer raises OFFSET_OUT_OF_RANGE instead.
             auto_offset_reset="none",

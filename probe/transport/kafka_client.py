@@ -193,6 +193,11 @@ def give_credentials(
             client._ssl_context = options.get("ssl_context")
 
 
+def fetch_max_wait_ms(seconds: float) -> int:
+    """A fetch max wait as aiokafka takes it: whole milliseconds, at least one."""
+    return max(1, round(seconds * 1000))
+
+
 def set_fetch_max_wait(consumer: Any, seconds: float) -> None:
     """Change a running aiokafka consumer's fetch max wait: its next fetch asks for it.
 
@@ -201,4 +206,4 @@ def set_fetch_max_wait(consumer: Any, seconds: float) -> None:
     A consumer not started yet has no fetcher: it was built with the wait it needs."""
     fetcher = getattr(consumer, "_fetcher", None)
     if fetcher is not None:
-        fetcher._fetch_max_wait_ms = max(1, round(seconds * 1000))
+        fetcher._fetch_max_wait_ms = fetch_max_wait_ms(seconds)
