@@ -1105,17 +1105,18 @@ def reconciliation_row() -> list[AnyPanel]:
 
 
 def group_row() -> list[AnyPanel]:
-    """The group stage's member (docs/consumer-groups.md): its canaries are in the rows
-    above with stage="group"; here, what it lives through as a group member."""
+    """The group stages' members (docs/consumer-groups.md): their canaries are in the
+    rows above with stage="group" (classic protocol) or "group_consumer" (consumer
+    protocol, KIP-848); here, what each lives through as a group member."""
     commit = "synthetic_sla_group_commit_latency_seconds"
     return [
         state_stat(
             "Group stable",
-            "1 while the group stage's member holds an assignment and no rebalance is under "
+            "1 while a group stage's member holds an assignment and no rebalance is under "
             "way (SyntheticSlaGroupRebalanceStorm, state unstable, after 5 minutes at 0).",
             query(
-                f"min by (target) ({series('synthetic_sla_group_stable', TARGET)})",
-                "{{target}}",
+                f"min by (target, stage) ({series('synthetic_sla_group_stable', TARGET)})",
+                "{{target}}/{{stage}}",
                 instant=True,
             ),
             {0: ("REBALANCING", "red"), 1: ("stable", "green")},
@@ -1125,11 +1126,12 @@ def group_row() -> list[AnyPanel]:
         .height(5),
         state_stat(
             "Group coordinator",
-            "The broker coordinating the group stage's consumer group: a move shows as a "
+            "The broker coordinating each group stage's consumer group: a move shows as a "
             "change of broker (none while the member cannot find one).",
             query(
-                f"max by (target, broker) ({series('synthetic_sla_group_coordinator', TARGET)})",
-                "{{target}}: broker {{broker}}",
+                f"max by (target, stage, broker) "
+                f"({series('synthetic_sla_group_coordinator', TARGET)})",
+                "{{target}}/{{stage}}: broker {{broker}}",
                 instant=True,
             ),
             {1: ("coordinating", "green")},
@@ -1142,8 +1144,8 @@ def group_row() -> list[AnyPanel]:
             "p50 and p99 of the time the coordinator took to acknowledge the member's "
             "commits (the commit SLO counts those within group.commit_latency_threshold).",
             "s",
-            query(quantile(0.5, "target", commit, TARGET), "p50 {{target}}"),
-            query(quantile(0.99, "target", commit, TARGET), "p99 {{target}}"),
+            query(quantile(0.5, "target, stage", commit, TARGET), "p50 {{target}}/{{stage}}"),
+            query(quantile(0.99, "target, stage", commit, TARGET), "p99 {{target}}/{{stage}}"),
         )
         .id(1204)
         .span(12)
@@ -1156,13 +1158,13 @@ def group_row() -> list[AnyPanel]:
                 "short",
                 query(
                     increase_by(
-                        "target, reason", "synthetic_sla_group_commit_failures_total", TARGET
+                        "target, stage, reason", "synthetic_sla_group_commit_failures_total", TARGET
                     ),
-                    "{{target}} failed: {{reason}}",
+                    "{{target}}/{{stage}} failed: {{reason}}",
                 ),
                 query(
-                    increase_by("target", "synthetic_sla_group_rebalances_total", TARGET),
-                    "{{target}} rebalances",
+                    increase_by("target, stage", "synthetic_sla_group_rebalances_total", TARGET),
+                    "{{target}}/{{stage}} rebalances",
                 ),
             )
         )

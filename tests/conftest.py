@@ -26,7 +26,7 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from probe.apache_kafka.cluster import QUICK_START, KafkaCluster
+from probe.apache_kafka.cluster import NEWEST, PREVIOUS, QUICK_START, KafkaCluster, kafka_version
 from probe.core.errors import ConnectFailed
 from probe.core.keys import generate_key_ring
 from probe.embedded import EmbeddedBroker, free_loopback_port
@@ -142,6 +142,26 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
 def own_kafka_cluster(tmp_path: Path) -> Iterator[KafkaCluster]:
     with KafkaCluster(workdir=tmp_path / "kafka") as cluster:
         yield _started(cluster, "own")
+
+
+# The oldest 4.x release the pom pins (its profile ``previous``), for the smoke subset:
+# the tests that take ``any_kafka_cluster`` run on it as well as on the newest.
+@pytest.fixture(scope="session")
+def previous_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    workdir = tmp_path_factory.mktemp("kafka-previous")
+    with KafkaCluster(workdir=workdir, release=PREVIOUS) as cluster:
+        yield _started(cluster, f"previous ({kafka_version(PREVIOUS)})")
+
+
+@pytest.fixture(
+    params=[NEWEST, pytest.param(PREVIOUS, marks=pytest.mark.previous_kafka)],
+    ids=lambda release: f"kafka-{kafka_version(release)}",
+)
+def any_kafka_cluster(request: pytest.FixtureRequest) -> KafkaCluster:
+    """The shared cluster of the newest release, then that of the previous one."""
+    name = "kafka_cluster" if request.param == NEWEST else "previous_kafka_cluster"
+    cluster: KafkaCluster = request.getfixturevalue(name)
+    return cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:

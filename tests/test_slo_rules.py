@@ -402,7 +402,7 @@ def test_values_reach_the_group_rules() -> None:
     for alert in _alerts(groups):
         alerts.setdefault(alert["alert"], []).append(alert)
     page, ticket = alerts["SyntheticSlaGroupCommitLatencyBudgetBurn"]
-    sli = "target:synthetic_sla_group_commit_latency:ratio_rate"
+    sli = "target_stage:synthetic_sla_group_commit_latency:ratio_rate"
     assert f"(1 - {sli}1h) / (1 - 0.995) > 14.4" in page["expr"]
     assert f"(1 - {sli}3d) / (1 - 0.995) > 1" in ticket["expr"]
     assert "within 1s" in page["annotations"]["description"]

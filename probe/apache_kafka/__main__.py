@@ -1,16 +1,18 @@
-"""``python -m probe.apache_kafka install``: resolve the pinned jars (``make kafka``);
-``python -m probe.apache_kafka libs``: print where they are."""
+"""``python -m probe.apache_kafka install``: resolve the pinned jars of every release
+the pom pins (``make kafka``); ``python -m probe.apache_kafka libs``: print where the
+newest release's are."""
 
 from __future__ import annotations
 
 import sys
 
-from probe.apache_kafka.cluster import install, libs_dir
+from probe.apache_kafka.cluster import RELEASES, install, libs_dir
 
 
 def main(argv: list[str]) -> int:
     if argv == ["install"]:
-        print(install())
+        for release in RELEASES:
+            print(install(release))
         return 0
     if argv == ["libs"]:
         print(libs_dir())

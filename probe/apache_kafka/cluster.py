@@ -29,7 +29,6 @@ import base64
 import concurrent.futures
 import hashlib
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -39,6 +38,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 from probe.core.errors import TransportError
 from probe.embedded import LoopbackServer, Started, free_loopback_ports
@@ -153,53 +153,68 @@ def _property(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def kafka_version(pom: Path = POM) -> str:
-    """The pinned Apache Kafka version (``kafka.version`` in ``pom.xml``)."""
-    found = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", pom.read_text())
-    if found is None:
-        raise ValueError(f"{pom}: no <kafka.version>")
-    return found.group(1)
+# The releases the pom pins: the newest, which every test runs on, and the oldest
+# 4.x line (its profile ``previous``), which a smoke subset runs on.
+NEWEST = "newest"
+PREVIOUS = "previous"
+RELEASES = (NEWEST, PREVIOUS)
+_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
 
-def libs_dir() -> Path:
-    """Where the pinned jars live: ``SLA_PROBE_KAFKA_LIBS``, else the user's cache."""
+def kafka_version(release: str = NEWEST, pom: Path = POM) -> str:
+    """The Apache Kafka version ``pom.xml`` pins for ``release``: its ``kafka.version``
+    property, or that of the profile of the release's name."""
+    project = ElementTree.parse(pom).getroot()
+    profile = f"m:profiles/m:profile[m:id='{release}']/"
+    where = "m:properties" if release == NEWEST else f"{profile}m:properties"
+    found = project.find(f"{where}/m:kafka.version", _POM_NS)
+    if found is None or not found.text:
+        raise ValueError(f"{pom}: no kafka.version for the release {release!r}")
+    return found.text.strip()
+
+
+def libs_dir(release: str = NEWEST) -> Path:
+    """Where a release's pinned jars live: ``apache-kafka-<version>`` under
+    ``SLA_PROBE_KAFKA_LIBS``, else under the user's cache."""
     if configured := os.environ.get("SLA_PROBE_KAFKA_LIBS"):
-        return Path(configured)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "synthetic-sla-probe" / f"apache-kafka-{kafka_version()}"
+        parent = Path(configured)
+    else:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        parent = cache / "synthetic-sla-probe"
+    return parent / f"apache-kafka-{kafka_version(release)}"
 
 
-def _pin() -> str:
+def _pin(release: str) -> str:
     """What an install was resolved from: the pom's hash (a changed pin re-resolves)."""
-    return (
-        f"apache-kafka {kafka_version()} pom sha256 {hashlib.sha256(POM.read_bytes()).hexdigest()}"
-    )
+    digest = hashlib.sha256(POM.read_bytes()).hexdigest()
+    return f"apache-kafka {kafka_version(release)} pom sha256 {digest}"
 
 
-def installed(libs: Path | None = None) -> bool:
-    stamp = (libs or libs_dir()) / "RESOLVED"
-    return stamp.exists() and stamp.read_text().splitlines()[:1] == [_pin()]
+def installed(libs: Path | None = None, release: str = NEWEST) -> bool:
+    stamp = (libs or libs_dir(release)) / "RESOLVED"
+    return stamp.exists() and stamp.read_text().splitlines()[:1] == [_pin(release)]
 
 
-def install(libs: Path | None = None, *, maven: str = "mvn") -> Path:
-    """Resolve the pinned jars from Maven Central into ``libs`` (once: a later call
-    finds the stamp and returns). The copy is made beside and renamed into place, so
-    an interrupted install leaves nothing that looks installed."""
-    libs = libs or libs_dir()
-    if installed(libs):
+def install(release: str = NEWEST, *, maven: str = "mvn") -> Path:
+    """Resolve a release's pinned jars from Maven Central into its ``libs_dir`` (once:
+    a later call finds the stamp and returns). The copy is made beside and renamed
+    into place, so an interrupted install leaves nothing that looks installed."""
+    libs = libs_dir(release)
+    if installed(libs, release):
         return libs
     libs.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".resolving-", dir=libs.parent))
+    profile = [] if release == NEWEST else ["-P", release]
     try:
         subprocess.run(
             [
-                maven, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+                maven, "-q", "-B", "-f", str(POM), *profile, "dependency:copy-dependencies",
                 "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
             ],
             check=True,
         )  # fmt: skip
         jars = sorted(p.name for p in staging.glob("*.jar"))
-        (staging / "RESOLVED").write_text(_pin() + "\n" + "\n".join(jars) + "\n")
+        (staging / "RESOLVED").write_text(_pin(release) + "\n" + "\n".join(jars) + "\n")
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
     finally:
@@ -330,6 +345,21 @@ class KafkaNode(LoopbackServer):
         if self.pid is not None:
             os.kill(self.pid, signal.SIGCONT)
 
+    def state(self) -> str:
+        """Running (with its pid) or exited (with its exit code), and the last three
+        WARN or ERROR lines of its log."""
+        process = self._process
+        if process is None:
+            status = "stopped"
+        elif (code := process.poll()) is not None:
+            status = f"exited {code}"
+        else:
+            status = f"running (pid {process.pid})"
+        log = self.directory / "server.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        warnings = [line for line in lines if "] WARN " in line or "] ERROR " in line][-3:]
+        return f"{self.name} {status}" + "".join(f"\n  {line[:400]}" for line in warnings)
+
     def resident_bytes(self) -> int:
         """The JVM's resident memory (0 when not running)."""
         if self.pid is None:
@@ -360,8 +390,10 @@ class KafkaCluster(Started):
         listeners: Mapping[str, Listener] | None = None,
         scram_users: Mapping[str, str] | None = None,
         quick_start: bool = True,
+        release: str = NEWEST,
     ) -> None:
-        self.libs = libs or libs_dir()
+        self.release = release
+        self.libs = libs or libs_dir(release)
         self._java_options = (*JAVA_OPTIONS, *(QUICK_START if quick_start else ()))
         self._scram_users = dict(scram_users or {})
         self._listeners = dict(listeners or {})
@@ -430,7 +462,7 @@ class KafkaCluster(Started):
         return self.nodes[node_id]
 
     def start(self) -> None:
-        if not installed(self.libs):
+        if not installed(self.libs, self.release):
             raise TransportError(
                 f"Apache Kafka's jars are not in {self.libs}: run `make kafka` "
                 "(python -m probe.apache_kafka install) first"
@@ -513,6 +545,11 @@ class KafkaCluster(Started):
 
     def resident_bytes(self) -> int:
         return sum(n.resident_bytes() for n in self.nodes.values())
+
+    def state(self) -> str:
+        """Each node running or not, and its log's last warnings: what a test that
+        waited in vain on the cluster (a replica never in sync) adds to its failure."""
+        return "; ".join(node.state() for node in self.nodes.values())
 
 
 def _fitted(settings: Mapping[str, str], brokers: int) -> dict[str, str]:

@@ -46,3 +46,12 @@ class GroupConfig(_Section):
         'synthetic-sla-probe.probe-7'
         """
         return self.id or f"synthetic-sla-probe.{probe_id}"
+
+    def consumer_protocol_group_id(self, probe_id: str) -> str:
+        """The id the group_consumer stage joins with: the group stage's, suffixed (a
+        group is of one protocol or the other while it has members).
+
+        >>> GroupConfig().consumer_protocol_group_id("probe-7")
+        'synthetic-sla-probe.probe-7.consumer-protocol'
+        """
+        return f"{self.group_id(probe_id)}.consumer-protocol"

@@ -33,14 +33,23 @@ class StageName(StrEnum):
     CONSUMER = "consumer"  # Kafka: a direct consumer of the canary topic
     SINK = "sink"  # Kafka: the Spark sink, judged where it writes its table
     GROUP = "group"  # Kafka: a consumer-group member of the canary topic, committing
+    # Kafka: the same on the consumer group protocol (KIP-848), not the classic one
+    GROUP_CONSUMER = "group_consumer"
     MQTT = "mqtt"  # MQTT: a subscriber to the shard topics
     BRIDGE = "bridge"  # MQTT: the Kafka topic an MQTT-to-Kafka bridge fills
+
+
+# The stages read by a consumer-group member: their group series (probe.metrics.group)
+# carry the stage's name.
+GROUP_STAGES = frozenset({StageName.GROUP, StageName.GROUP_CONSUMER})
 
 
 # The stages each kind of target may name, as users write them (the messages of a
 # Literal list them plainly); held as StageName once validated.
 MqttStage = Annotated[Literal["mqtt", "bridge"], AfterValidator(StageName)]
-KafkaStage = Annotated[Literal["consumer", "sink", "group"], AfterValidator(StageName)]
+KafkaStage = Annotated[
+    Literal["consumer", "sink", "group", "group_consumer"], AfterValidator(StageName)
+]
 
 
 def _fits_a_canary(text: str) -> str:

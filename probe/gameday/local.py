@@ -250,7 +250,7 @@ class LocalEnvironment(Started):
         return self.prometheus.api
 
     def start(self) -> None:
-        if self.cluster is not None and not installed(self.cluster.libs):
+        if self.cluster is not None and not installed(self.cluster.libs, self.cluster.release):
             raise LocalEnvironmentError(
                 f"broker: apache-kafka needs Apache Kafka's jars, not in {self.cluster.libs}: "
                 "run `make kafka` (python -m probe.apache_kafka install) first"

@@ -43,6 +43,7 @@ from prometheus_client import (
 
 from probe import tracing
 from probe.config import ProbeConfig, StageName
+from probe.config.names import GROUP_STAGES
 from probe.core.errors import ConnectFailure, ProduceFailure, RejectReason
 from probe.core.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome
 from probe.core.replicas import TopicReplicas, replica_health
@@ -394,8 +395,8 @@ class ProbeMetrics:
         if isinstance(judge, Judge):
             self.pending.labels(target, stage).set_function(judge.pending_count)
         self._stages_of.setdefault(target, []).append(stage)
-        if stage == StageName.GROUP:
-            self.group.declare(target)
+        if stage in GROUP_STAGES:
+            self.group.declare(target, stage)
         threshold_s = self._stale_after_s.get(stage, stale_after(20.0, 5.0))
         self.staleness.add(StageSource(target, stage, judge, int(threshold_s * 1e9)))
 

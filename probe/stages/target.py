@@ -192,7 +192,8 @@ class TargetProbe:
             await self._topic_before_readers(transport)
         readers: dict[StageName, Transport] = {}
         for stage, build in self.layout.readers.items():
-            reader = readers[stage] = build(None if self._metrics is None else self._metrics.group)
+            recorder = None if self._metrics is None else self._metrics.group.of(stage)
+            reader = readers[stage] = build(recorder)
             try:
                 await reader.start()
             except TransportError as exc:
@@ -362,7 +363,7 @@ class TargetProbe:
                 if found:
                     await reader.cover(found)
         except (TransportError, TimeoutError) as exc:
-            return f"{stage}: {exc or 'timeout'}"
+            return f"{stage}: {str(exc) or 'timeout'}"
         if not found:
             return f"{stage}: {reader.describe(found)}"
         problem = reader.read_problem()

@@ -169,6 +169,11 @@ class _Kafka:
         if StageName.GROUP in config.stages:
             stages += (StageName.GROUP,)
             readers[StageName.GROUP] = lambda recorder: self.group_reader(config, recorder)
+        if StageName.GROUP_CONSUMER in config.stages:
+            stages += (StageName.GROUP_CONSUMER,)
+            readers[StageName.GROUP_CONSUMER] = lambda recorder: self.consumer_protocol_reader(
+                config, recorder
+            )
         rate = config.kafka.max_send_rate
         spacing = 1.0 / rate if rate else 0.0
         return TargetLayout(
@@ -211,6 +216,23 @@ class _Kafka:
         return KafkaGroupReader(
             config.kafka,
             config.group.group_id(config.probe_id),
+            target=config.target,
+            recorder=recorder,
+            fetch_max_wait=config.group.fetch_max_wait,
+        )
+
+    def consumer_protocol_reader(
+        self, config: ProbeConfig, recorder: GroupRecorder | None
+    ) -> Transport:
+        """The group_consumer stage's reader: a member of the probe's consumer group on
+        the consumer protocol (KIP-848)."""
+        from probe.transport.kafka_group_consumer import (  # noqa: PLC0415
+            KafkaConsumerProtocolReader,
+        )
+
+        return KafkaConsumerProtocolReader(
+            config.kafka,
+            config.group.consumer_protocol_group_id(config.probe_id),
             target=config.target,
             recorder=recorder,
             fetch_max_wait=config.group.fetch_max_wait,

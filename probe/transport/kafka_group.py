@@ -129,7 +129,7 @@ class GroupRecorder(Protocol):
     def refetched(self, target: str, records: int) -> None: ...
 
 
-class _Unrecorded:
+class Unrecorded:
     """The recorder of a reader nobody measures (tests of the reader alone)."""
 
     def committed(self, target: str, seconds: float) -> None:
@@ -193,7 +193,7 @@ class KafkaGroupReader:
         self._topic = config.topic
         self._group_id = group_id
         self._target = target
-        self._recorder: GroupRecorder = recorder or _Unrecorded()
+        self._recorder: GroupRecorder = recorder or Unrecorded()
         self._clock = clock
         # A JoinGroup is answered only once the group's rebalance completes: the
         # embedded broker holds a first one 5 s, Apache Kafka for

@@ -115,12 +115,18 @@ class GroupState:
     coordinator: int
     state: str  # STABLE, PREPARING_REBALANCE, EMPTY, ...
     members: int
+    protocol: str  # CLASSIC, CONSUMER (KIP-848)
 
 
 def describe_group(bootstrap_servers: str, group: str) -> GroupState:
     client = admin(bootstrap_servers)  # held until the answer: a collected one never answers
     described = client.describe_consumer_groups([group])[group].result(timeout=10)
-    return GroupState(described.coordinator.id, described.state.name, len(described.members))
+    return GroupState(
+        described.coordinator.id,
+        described.state.name,
+        len(described.members),
+        described.type.name,
+    )
 
 
 def committed_offsets(bootstrap_servers: str, group: str, topic: str) -> dict[int, int]:

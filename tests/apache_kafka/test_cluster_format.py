@@ -41,3 +41,19 @@ def test_free_loopback_ports_are_distinct() -> None:
     from probe.embedded import free_loopback_ports  # noqa: PLC0415
 
     assert len(set(free_loopback_ports(200))) == 200
+
+
+def test_the_pom_pins_a_newest_release_with_share_groups_and_a_previous_4_0_or_4_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    newest = kafka_cluster.kafka_version(kafka_cluster.NEWEST)
+    previous = kafka_cluster.kafka_version(kafka_cluster.PREVIOUS)
+    # Share groups are production-ready from 4.2 (KIP-932); a user on 4.0 or 4.1 is
+    # covered by the smoke subset on the previous release.
+    assert tuple(map(int, newest.split(".")[:2])) >= (4, 2), newest
+    assert previous.split(".")[:2] in (["4", "0"], ["4", "1"]), previous
+    # Each release its own jars, under SLA_PROBE_KAFKA_LIBS when set.
+    monkeypatch.setenv("SLA_PROBE_KAFKA_LIBS", str(tmp_path))
+    dirs = {kafka_cluster.libs_dir(r) for r in kafka_cluster.RELEASES}
+    assert dirs == {tmp_path / f"apache-kafka-{newest}", tmp_path / f"apache-kafka-{previous}"}
+    assert not kafka_cluster.installed(release=kafka_cluster.PREVIOUS)

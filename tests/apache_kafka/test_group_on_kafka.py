@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
 
 from probe.apache_kafka.cluster import KafkaCluster
@@ -26,71 +27,94 @@ from tests.conftest import SLA_PROBE, RunningProbe, run_args, sample, target_rep
 GROUP = "synthetic-sla-probe.probe-under-test"
 
 
-def coordinator_series(probe: RunningProbe) -> set[int]:
-    """The brokers the probe names as the group's coordinator."""
+def coordinator_series(probe: RunningProbe, stage: str = "group") -> set[int]:
+    """The brokers the probe names as the coordinator of a group stage's group."""
     return {
         int(dict(labels)["broker"])
         for (name, labels), value in probe.metrics().items()
-        if name == "synthetic_sla_group_coordinator" and value == 1
+        if name == "synthetic_sla_group_coordinator"
+        and dict(labels)["stage"] == stage
+        and value == 1
     }
 
 
-def test_once_judges_the_group_stage_and_commits_every_offset_it_read(
-    kafka_cluster: KafkaCluster, topic: str
+def test_once_judges_the_group_stages_and_commits_every_offset_they_read(
+    any_kafka_cluster: KafkaCluster, topic: str
 ) -> None:
-    servers = kafka_cluster.bootstrap_servers
+    servers = any_kafka_cluster.bootstrap_servers
     done = subprocess.run(
         [SLA_PROBE, "once", "--bootstrap-servers", servers, "--topic", topic, "--json",
-         "--create-topic", "--stages", "consumer,group", "--group-id", f"{topic}-smoke"],
+         "--create-topic", "--stages", "consumer,group,group_consumer",
+         "--group-id", f"{topic}-smoke"],
         check=False, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
 
     assert done.returncode == 0, done.stdout + done.stderr
     stages = target_report(done.stdout)["stages"]
-    consumer, group = stages["consumer"]["outcomes"], stages["group"]["outcomes"]
-    assert group["delivered"] == consumer["delivered"] > 0, json.dumps(stages)
-    assert group["lost"] == group["late"] == 0
-    # Read to the end, and committed to the end: the group's next member starts there.
-    assert committed_offsets(servers, f"{topic}-smoke", topic) == end_offsets(servers, topic)
+    delivered = stages["consumer"]["outcomes"]["delivered"]
+    assert delivered > 0
+    ends = end_offsets(servers, topic)
+    # Each on its own protocol: the classic one, and the consumer protocol (KIP-848).
+    groups = {"group": (f"{topic}-smoke", "CLASSIC"),
+              "group_consumer": (f"{topic}-smoke.consumer-protocol", "CONSUMER")}  # fmt: skip
+    for stage, (group, protocol) in groups.items():
+        outcomes = stages[stage]["outcomes"]
+        assert outcomes["delivered"] == delivered, json.dumps(stages)
+        assert outcomes["lost"] == outcomes["late"] == 0
+        # Read to the end, and committed to the end: the group's next member starts there.
+        assert committed_offsets(servers, group, topic) == ends, stage
+        assert describe_group(servers, group).protocol == protocol
 
 
+# Each group stage's group, and the protocol Kafka says it is on.
+MEMBERS = {
+    "group": (GROUP, "CLASSIC"),
+    "group_consumer": (f"{GROUP}.consumer-protocol", "CONSUMER"),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(MEMBERS))
 def test_run_exports_what_the_member_lives_through_as_kafka_describes_it(
     kafka_cluster: KafkaCluster,
     topic: str,
     key_file: Path,
     start_probe: Callable[..., RunningProbe],
+    stage: str,
 ) -> None:
+    group, protocol = MEMBERS[stage]
     servers = kafka_cluster.bootstrap_servers
-    probe = start_probe(*run_args(servers, topic, key_file), "--stages", "consumer,group")
-    wait_for(lambda: probe.canaries("delivered", "group") >= 3, timeout=60,
-             what="canaries delivered at the group stage")  # fmt: skip
+    probe = start_probe(*run_args(servers, topic, key_file), "--stages", f"consumer,{stage}")
+    wait_for(lambda: probe.canaries("delivered", stage) >= 3, timeout=60,
+             what=f"canaries delivered at the {stage} stage")  # fmt: skip
     partitions = len(describe(servers, topic))
-    delivered = probe.canaries("delivered", "group")
-    wait_for(lambda: probe.canaries("delivered", "group") >= delivered + 2 * partitions,
-             timeout=60, what="two more rounds at the group stage")  # fmt: skip
+    delivered = probe.canaries("delivered", stage)
+    wait_for(lambda: probe.canaries("delivered", stage) >= delivered + 2 * partitions,
+             timeout=60, what=f"two more rounds at the {stage} stage")  # fmt: skip
 
     def agrees_with_kafka() -> bool:
-        group = describe_group(servers, GROUP)
+        described = describe_group(servers, group)
         samples = probe.metrics()
         return (
-            group.state == "STABLE"
-            and group.members == 1
-            and coordinator_series(probe) == {group.coordinator}
-            and sample(samples, "synthetic_sla_group_stable") == 1
-            and sample(samples, "synthetic_sla_group_assigned_partitions") == partitions
+            described.state == "STABLE"
+            and described.members == 1
+            and described.protocol == protocol
+            and coordinator_series(probe, stage) == {described.coordinator}
+            and sample(samples, "synthetic_sla_group_stable", stage=stage) == 1
+            and sample(samples, "synthetic_sla_group_assigned_partitions", stage=stage)
+            == partitions
         )
 
     wait_for(agrees_with_kafka, timeout=30, what="the group as Kafka describes it")
     samples = probe.metrics()
-    assert sample(samples, "synthetic_sla_group_rebalances_total") >= 1
-    assert sample(samples, "synthetic_sla_group_rebalance_seconds_count") >= 1
-    assert sample(samples, "synthetic_sla_group_commit_latency_seconds_count") >= 1
-    assert sample(samples, "synthetic_sla_group_commit_failures_total") == 0
-    assert 0 < sample(samples, "synthetic_sla_group_first_record_seconds") < 10
-    assert probe.canaries("lost", "group") == probe.canaries("late", "group") == 0
+    assert sample(samples, "synthetic_sla_group_rebalances_total", stage=stage) >= 1
+    assert sample(samples, "synthetic_sla_group_rebalance_seconds_count", stage=stage) >= 1
+    assert sample(samples, "synthetic_sla_group_commit_latency_seconds_count", stage=stage) >= 1
+    assert sample(samples, "synthetic_sla_group_commit_failures_total", stage=stage) == 0
+    assert 0 < sample(samples, "synthetic_sla_group_first_record_seconds", stage=stage) < 10
+    assert probe.canaries("lost", stage) == probe.canaries("late", stage) == 0
     # Commits follow the reads: within a few rounds every committed offset is one the
     # topic has reached (nothing committed beyond what was written).
-    committed = committed_offsets(servers, GROUP, topic)
+    committed = committed_offsets(servers, group, topic)
     ends = end_offsets(servers, topic)
     assert set(committed) == set(ends)
     assert all(0 < committed[p] <= ends[p] for p in ends), (committed, ends)

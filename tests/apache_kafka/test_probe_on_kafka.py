@@ -36,8 +36,9 @@ def once(cluster: KafkaCluster, topic: str, *flags: str) -> subprocess.Completed
 
 
 def test_once_creates_the_topic_with_rf3_and_every_broker_leading_a_partition(
-    kafka_cluster: KafkaCluster, topic: str
+    any_kafka_cluster: KafkaCluster, topic: str
 ) -> None:
+    kafka_cluster = any_kafka_cluster
     done = once(kafka_cluster, topic)
 
     assert done.returncode == 0, done.stdout + done.stderr
@@ -73,8 +74,9 @@ def producer_ids(cluster: KafkaCluster, topic: str) -> set[int]:
     ids=["default", "required"],
 )
 def test_canaries_are_produced_idempotently_when_told_to(
-    kafka_cluster: KafkaCluster, topic: str, flags: tuple[str, ...], idempotent: bool
+    any_kafka_cluster: KafkaCluster, topic: str, flags: tuple[str, ...], idempotent: bool
 ) -> None:
+    kafka_cluster = any_kafka_cluster
     done = once(kafka_cluster, topic, *flags)
 
     assert done.returncode == 0, done.stdout + done.stderr

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from probe.apache_kafka.cluster import kafka_version
 from tests.conftest import SLA_PROBE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,9 +74,10 @@ def test_a_cluster_scenario_without_kafkas_jars_says_to_run_make_kafka(tmp_path:
         timeout=60,
     )
     assert result.returncode == 1
+    libs = tmp_path / "no-jars" / f"apache-kafka-{kafka_version()}"
     assert result.stderr.splitlines()[-1] == (
         "sla-probe: gameday kafka-broker-stop: broker: apache-kafka needs Apache Kafka's "
-        f"jars, not in {tmp_path / 'no-jars'}: run `make kafka` "
+        f"jars, not in {libs}: run `make kafka` "
         "(python -m probe.apache_kafka install) first"
     )
 

@@ -218,7 +218,12 @@ def cluster_targets(tmp_path: Path) -> Iterator[LocalTargets]:
                 broker_proxies=proxies,
             )
             asyncio.run(_create_topic(targets.bootstrap_servers, targets.topic))
-            wait_in_sync(targets.bootstrap_servers, [targets.topic], 60, "the new topic")
+            try:
+                wait_in_sync(targets.bootstrap_servers, [targets.topic], 60, "the new topic")
+            except ClusterFaultError as exc:
+                # Seen once in CI (a broker out of every ISR for a minute on a fresh
+                # cluster): say which node and what its log said.
+                raise ClusterFaultError(f"{exc}; {cluster.state()}") from exc
             yield targets
     finally:
         for proxy in proxies.values():

@@ -99,9 +99,9 @@ it is named here for the alert's text only.
     "budget" "group-commit"
     "alert" "SyntheticSlaGroupCommitLatencyBudgetBurn"
     "objective" $slo.groupCommit.objective
-    "record" "target"
-    "prefix" `{{ $labels.target }}/group: `
-    "subject" "The consumer-group member (stage group) of target {{ $labels.target }}"
+    "record" "target_stage"
+    "prefix" `{{ $labels.target }}/{{ $labels.stage }}: `
+    "subject" "The consumer-group member (stage {{ $labels.stage }}) of target {{ $labels.target }}"
     "summary" (printf "offset commits slower than %vs, or failing, exhaust the group-commit error budget" $commitThreshold)
     "meaning" (printf "of its offset commits the group coordinator acknowledged within %vs, of all it attempted: a failed commit (timeout, coordinator_moved, rebalance, not_authorized, error) counts as a bad one (objective %v). Every consumer group on the cluster commits through the same coordinators and __consumer_offsets partitions: their offsets are not being saved in time either, and a consumer that restarts or loses its partitions reads again from its last commit" $commitThreshold $slo.groupCommit.objective)) -}}
 groups:
@@ -163,20 +163,21 @@ groups:
           /
           sum by (target) (rate(synthetic_sla_watermark_skew_observed_seconds_total{{ $in }}[{{ $window }}]))
       {{- end }}
-      # Group commits: the group stage's offset commits acknowledged within the
-      # threshold (the commit histogram's bucket on it; the histogram holds successful
-      # commits only) over every commit attempted, the failed ones added. A failed commit
-      # is a bad one whatever its reason. The probe declares every series at zero, so a
-      # member that only fails has an SLI of 0, not none.
+      # Group commits: each group stage's offset commits (stage group: the classic
+      # protocol's member; group_consumer: the consumer protocol's) acknowledged within
+      # the threshold (the commit histogram's bucket on it; the histogram holds
+      # successful commits only) over every commit attempted, the failed ones added. A
+      # failed commit is a bad one whatever its reason. The probe declares every series
+      # at zero, so a member that only fails has an SLI of 0, not none.
       {{- range $window := $windows }}
-      - record: target:synthetic_sla_group_commit_latency:ratio_rate{{ $window }}
+      - record: target_stage:synthetic_sla_group_commit_latency:ratio_rate{{ $window }}
         expr: |-
-          sum by (target) (rate(synthetic_sla_group_commit_latency_seconds_bucket{ {{- $and }}le=~"{{ $commitLe }}"}[{{ $window }}]))
+          sum by (target, stage) (rate(synthetic_sla_group_commit_latency_seconds_bucket{ {{- $and }}le=~"{{ $commitLe }}"}[{{ $window }}]))
           /
           (
-            sum by (target) (rate(synthetic_sla_group_commit_latency_seconds_count{{ $in }}[{{ $window }}]))
+            sum by (target, stage) (rate(synthetic_sla_group_commit_latency_seconds_count{{ $in }}[{{ $window }}]))
             +
-            sum by (target) (rate(synthetic_sla_group_commit_failures_total{{ $in }}[{{ $window }}]))
+            sum by (target, stage) (rate(synthetic_sla_group_commit_failures_total{{ $in }}[{{ $window }}]))
           )
       {{- end }}
   - name: synthetic-sla-probe.slo-alerts
@@ -360,20 +361,21 @@ watermark-skew SLO cannot. Each is per target, like the series they read.
       {{- end }}
       {{- end }}
       {{- /*
-The group stage's consumer group: a member of a group of its own, per probe, living
-through what every consumer group on the cluster does (its coordinator, rebalances,
-commits). Per target, the worst member of the target's probes; the series exist only
-where a probe runs the group stage. The descriptions ask Prometheus which broker
-coordinates the group, which the alert's labels cannot carry.
+The group stages' consumer groups: a member of a group of its own, per probe and
+stage (group: the classic protocol; group_consumer: the consumer protocol, KIP-848),
+living through what every consumer group on the cluster does (its coordinator,
+rebalances, commits). Per target and stage, the worst member of the target's probes;
+the series exist only where a probe runs the stage. The descriptions ask Prometheus
+which broker coordinates the group, which the alert's labels cannot carry.
 */}}
-      {{- $coordinator := `{{ range $i, $c := sortByLabel "broker" (query (printf "max by (broker) (synthetic_sla_group_coordinator{target=%q}) == 1" $labels.target)) }}{{ if $i }}, {{ end }}broker {{ $c.Labels.broker }}{{ else }}not known: the member cannot find its coordinator (FindCoordinator fails: __consumer_offsets partitions without a leader, or the brokers unreachable){{ end }}` }}
+      {{- $coordinator := `{{ range $i, $c := sortByLabel "broker" (query (printf "max by (broker) (synthetic_sla_group_coordinator{target=%q,stage=%q}) == 1" $labels.target $labels.stage)) }}{{ if $i }}, {{ end }}broker {{ $c.Labels.broker }}{{ else }}not known: the member cannot find its coordinator (FindCoordinator fails: __consumer_offsets partitions without a leader, or the brokers unreachable){{ end }}` }}
       {{- with $alerts.groupRebalanceStorm }}
       {{- if .enabled }}
       # A storm: more rebalances in `window` than a restart or a coordinator move makes
       # (each is one or two; the first join counts one). The counter's increase holds
       # for the window, so no `for`.
       - alert: SyntheticSlaGroupRebalanceStorm
-        expr: max by (target) (increase(synthetic_sla_group_rebalances_total{{ $in }}[{{ .window }}])) > {{ .rebalances }}
+        expr: max by (target, stage) (increase(synthetic_sla_group_rebalances_total{{ $in }}[{{ .window }}])) > {{ .rebalances }}
         labels:
           severity: {{ index $severity .severity }}
           state: rebalancing
@@ -381,13 +383,13 @@ coordinates the group, which the alert's labels cannot carry.
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: {{ printf "{{ $labels.target }}/group: the probe's consumer group rebalanced {{ $value | humanize }} times in %s" .window | quote }}
-          description: {{ printf "The group stage's member of target {{ $labels.target }} went through {{ $value | humanize }} rebalances in the last %s (threshold: more than %v). It is the only member of its group, so nothing but the cluster, or the probe itself missing its heartbeats, makes it rejoin: its coordinator moving or failing over, sessions or heartbeats timing out, commits fenced. Every consumer group on the cluster lives through the same: while a group rebalances, its consumers read nothing. The group's coordinator: %s." .window .rebalances $coordinator | quote }}
+          summary: {{ printf "{{ $labels.target }}/{{ $labels.stage }}: the probe's consumer group rebalanced {{ $value | humanize }} times in %s" .window | quote }}
+          description: {{ printf "The member of stage {{ $labels.stage }} of target {{ $labels.target }} went through {{ $value | humanize }} rebalances in the last %s (threshold: more than %v). It is the only member of its group, so nothing but the cluster, or the probe itself missing its heartbeats, makes it rejoin: its coordinator moving or failing over, sessions or heartbeats timing out, commits fenced. Every consumer group on the cluster lives through the same: while a group rebalances, its consumers read nothing. The group's coordinator: %s." .window .rebalances $coordinator | quote }}
           runbook_url: {{ printf "%s#syntheticslagrouprebalancestorm" $runbook }}
       # No assignment, or a rebalance that does not end, for `for`: the group member reads
       # nothing (its first join takes seconds).
       - alert: SyntheticSlaGroupRebalanceStorm
-        expr: min by (target) (synthetic_sla_group_stable{{ $in }}) == 0
+        expr: min by (target, stage) (synthetic_sla_group_stable{{ $in }}) == 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -396,19 +398,19 @@ coordinates the group, which the alert's labels cannot carry.
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: {{ printf "{{ $labels.target }}/group: the probe's consumer group has had no stable assignment for %s" .for | quote }}
-          description: {{ printf "The group stage's member of target {{ $labels.target }} has held no assignment, or been in a rebalance that does not end, for %s: it reads nothing, and its canaries are late or lost. It cannot join or sync with its group: the coordinator is unreachable or moving, or __consumer_offsets has partitions without a leader. Consumer groups on the cluster that rebalance now are stuck the same way. The group's coordinator: %s." .for $coordinator | quote }}
+          summary: {{ printf "{{ $labels.target }}/{{ $labels.stage }}: the probe's consumer group has had no stable assignment for %s" .for | quote }}
+          description: {{ printf "The member of stage {{ $labels.stage }} of target {{ $labels.target }} has held no assignment, or been in a rebalance that does not end, for %s: it reads nothing, and its canaries are late or lost. It cannot join or sync with its group: the coordinator is unreachable or moving, or __consumer_offsets has partitions without a leader. Consumer groups on the cluster that rebalance now are stuck the same way. The group's coordinator: %s." .for $coordinator | quote }}
           runbook_url: {{ printf "%s#syntheticslagrouprebalancestorm" $runbook }}
       {{- end }}
       {{- end }}
       {{- with $alerts.groupCommitFailing }}
       {{- if .enabled }}
-      {{- $reasons := printf `{{ range $i, $r := sortByLabel "reason" (query (printf "sum by (reason) (increase(synthetic_sla_group_commit_failures_total{target=%%q}[%s])) > 0" $labels.target)) }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }} {{ $r.Value | humanize }}{{ end }}` .window }}
+      {{- $reasons := printf `{{ range $i, $r := sortByLabel "reason" (query (printf "sum by (reason) (increase(synthetic_sla_group_commit_failures_total{target=%%q,stage=%%q}[%s])) > 0" $labels.target $labels.stage)) }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }} {{ $r.Value | humanize }}{{ end }}` .window }}
       # Failures in every `window` for `for`, summed over reasons: a coordinator move
       # fails a commit or two and is over before `for`; reasons that alternate (a
       # timeout, then the coordinator moved) are still one failure that goes on.
       - alert: SyntheticSlaGroupCommitFailing
-        expr: sum by (target) (increase(synthetic_sla_group_commit_failures_total{{ $in }}[{{ .window }}])) > 0
+        expr: sum by (target, stage) (increase(synthetic_sla_group_commit_failures_total{{ $in }}[{{ .window }}])) > 0
         for: {{ .for }}
         labels:
           severity: {{ index $severity .severity }}
@@ -416,8 +418,8 @@ coordinates the group, which the alert's labels cannot carry.
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: {{ printf "{{ $labels.target }}/group: the probe's consumer group has failed to commit offsets in every %s for %s" .window .for | quote }}
-          description: {{ printf "Offset commits of the group stage's member of target {{ $labels.target }} have failed in every %s for %s ({{ $value | humanize }} in the last %s; by reason: %s). The group coordinator does not store offsets: every consumer group it coordinates may be unable to commit, and its consumers read again from their last commit after a restart or a rebalance. The group's coordinator: %s." .window .for .window $reasons $coordinator | quote }}
+          summary: {{ printf "{{ $labels.target }}/{{ $labels.stage }}: the probe's consumer group has failed to commit offsets in every %s for %s" .window .for | quote }}
+          description: {{ printf "Offset commits of the member of stage {{ $labels.stage }} of target {{ $labels.target }} have failed in every %s for %s ({{ $value | humanize }} in the last %s; by reason: %s). The group coordinator does not store offsets: every consumer group it coordinates may be unable to commit, and its consumers read again from their last commit after a restart or a rebalance. The group's coordinator: %s." .window .for .window $reasons $coordinator | quote }}
           runbook_url: {{ printf "%s#syntheticslagroupcommitfailing" $runbook }}
       {{- end }}
       {{- end }}
