@@ -1,5 +1,5 @@
-"""The group stage beside the consumer stage: its commits, its rebalances, its cost, and
-how long its group takes to move to a new coordinator.
+"""The group stages beside the consumer stage: their commits, their rebalances, their
+cost, and how long their group takes to move to a new coordinator.
 
 Run: ``python benchmarks/bench_group_stage.py [--broker apache-kafka|embedded]
 [--partitions 3,1000] [--interval 20] [--window SECONDS] [--group-fetch-max-wait 0.5]``
@@ -7,20 +7,24 @@ Run: ``python benchmarks/bench_group_stage.py [--broker apache-kafka|embedded]
 
 For each partition count, on a fresh broker with the topic created beforehand, two
 runs of what a user runs, one after the other, each for the window after its first
-round: ``sla-probe run --stages consumer`` (the floor: the probe without the group
-stage) and ``sla-probe run --stages consumer,group``. Printed per case:
+round: ``sla-probe run --stages consumer`` (the floor: the probe without a group
+stage), ``sla-probe run --stages consumer,group`` (the classic protocol) and, on
+Apache Kafka, ``sla-probe run --stages consumer,group_consumer`` (the consumer
+protocol, KIP-848, on librdkafka). Printed per case:
 
-* CPU-seconds a round of the probe's process, and the group run's over the consumer
-  run's (the group stage's cost as a ratio, measured in one sitting);
+* CPU-seconds a round of the probe's process, and each group run's over the consumer
+  run's (the group stage's cost as a ratio, measured in one sitting), with CPU ms per
+  canary read at the group stage;
 * canaries per outcome at each stage, and p50/p99 produce→verdict per stage;
 * the commits over the window: how many, p50/p99 latency (from the histogram's
   buckets, interpolated as histogram_quantile does), failures by reason;
 * rebalances since start and their mean duration, the time to the first record after
   the last assignment.
 
-On Apache Kafka, after the last case's window: the group coordinator's broker is
-stopped (a controlled shutdown) and the time until the member commits through a new
-coordinator is printed, with the canaries lost at the group stage meanwhile.
+On Apache Kafka, after the last case's window of each group stage: the group
+coordinator's broker is stopped (a controlled shutdown) and the time until the member
+commits through a new coordinator is printed, with the canaries lost at the stage
+meanwhile; the broker is started again before the next run.
 """
 
 from __future__ import annotations
@@ -153,59 +157,75 @@ def measure(running: Running, stages: str, partitions: int, interval: float,
         }
         buckets = deltas(before, after, "synthetic_sla_e2e_latency_seconds", stage=stage)
         row[stage] = (outcomes, quantile(0.5, buckets), quantile(0.99, buckets))
-    if "group" in stages:
-        commits = deltas(before, after, "synthetic_sla_group_commit_latency_seconds")
+    if (group := group_stage(stages)) is not None:
+        commits = deltas(before, after, "synthetic_sla_group_commit_latency_seconds", stage=group)
         failures = {
             dict(ls)["reason"]: v - before.get((n, ls), 0.0)
             for (n, ls), v in after.items()
-            if n == "synthetic_sla_group_commit_failures_total" and v - before.get((n, ls), 0.0)
+            if n == "synthetic_sla_group_commit_failures_total"
+            and dict(ls)["stage"] == group
+            and v - before.get((n, ls), 0.0)
         }
-        rebalances = total(after, "synthetic_sla_group_rebalances_total")
+        rebalances = total(after, "synthetic_sla_group_rebalances_total", stage=group)
+        outcomes = row[group][0]  # type: ignore[index]
+        read = outcomes["delivered"] + outcomes["late"]
+        row["cpu_ms_per_canary"] = (cpu_after - cpu_before) * 1000 / max(read, 1.0)
         row["commits"] = (commits[-1][1] if commits else 0.0, quantile(0.5, commits),
                           quantile(0.99, commits), failures)  # fmt: skip
         row["rebalances"] = (
             rebalances,
-            total(after, "synthetic_sla_group_rebalance_seconds_sum") / max(rebalances, 1.0),
-            total(after, "synthetic_sla_group_first_record_seconds"),
+            total(after, "synthetic_sla_group_rebalance_seconds_sum", stage=group)
+            / max(rebalances, 1.0),
+            total(after, "synthetic_sla_group_first_record_seconds", stage=group),
         )
     return row
 
 
-def coordinator(samples: Samples) -> int | None:
+def group_stage(stages: str) -> str | None:
+    """The group stage of a run's stages (group or group_consumer), if any."""
+    return next((s for s in stages.split(",") if s.startswith("group")), None)
+
+
+def coordinator(samples: Samples, stage: str) -> int | None:
     for (name, labels), value in samples.items():
-        if name == "synthetic_sla_group_coordinator" and value == 1:
+        ours = name == "synthetic_sla_group_coordinator" and dict(labels)["stage"] == stage
+        if ours and value == 1:
             return int(dict(labels)["broker"])
     return None
 
 
-def coordinator_move(cluster: KafkaCluster, running: Running) -> str:
-    """Stop the group coordinator's broker; how long until a commit through a new one."""
+def coordinator_move(cluster: KafkaCluster, running: Running, stage: str) -> str:
+    """Stop the group coordinator's broker; how long until a commit through a new one.
+    The broker is started again, in sync, before this returns."""
     samples = scrape(running.port)
-    moved_from = coordinator(samples)
+    moved_from = coordinator(samples, stage)
     if moved_from is None:
         return "no coordinator series: not measured"
-    commits = total(samples, "synthetic_sla_group_commit_latency_seconds_count")
-    lost = total(samples, "synthetic_sla_canaries_total", stage="group", outcome="lost")
+    commits = total(samples, "synthetic_sla_group_commit_latency_seconds_count", stage=stage)
+    lost = total(samples, "synthetic_sla_canaries_total", stage=stage, outcome="lost")
     stopped_at = time.monotonic()
     cluster.node(moved_from).stop()
 
     def committing_elsewhere() -> bool:
         now = scrape(running.port)
         return (
-            coordinator(now) not in (None, moved_from)
-            and total(now, "synthetic_sla_group_commit_latency_seconds_count") > commits
+            coordinator(now, stage) not in (None, moved_from)
+            and total(now, "synthetic_sla_group_commit_latency_seconds_count", stage=stage)
+            > commits
         )
 
     wait_until(
         committing_elsewhere, timeout=180, what="a commit through a new coordinator", every=0.1
     )
     took = time.monotonic() - stopped_at
-    lost_after = total(scrape(running.port), "synthetic_sla_canaries_total", stage="group",
+    lost_after = total(scrape(running.port), "synthetic_sla_canaries_total", stage=stage,
                        outcome="lost")  # fmt: skip
+    moved_to = coordinator(scrape(running.port), stage)
+    cluster.start_nodes(moved_from)
+    cluster.wait_ready()
     return (
-        f"broker {moved_from} stopped: committing through broker "
-        f"{coordinator(scrape(running.port))} after {took:.1f}s; "
-        f"{lost_after - lost:.0f} canaries lost at the group stage so far"
+        f"broker {moved_from} stopped: committing through broker {moved_to} after "
+        f"{took:.1f}s; {lost_after - lost:.0f} canaries lost at the {stage} stage so far"
     )
 
 
@@ -231,6 +251,8 @@ def show(stages: str, row: dict[str, object]) -> None:
         counts = " ".join(f"{o} {n:.0f}" for o, n in outcomes.items())
         print(f"    {stage:8} {counts}; p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
     if "commits" in row:
+        print(f"    {row['cpu_ms_per_canary']:.2f} CPU ms per canary the group stage "
+              "read (the whole process)")  # fmt: skip
         n, p50, p99, failures = row["commits"]  # type: ignore[misc]
         print(f"    commits  {n:.0f}; p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms; "
               f"failed {failures or 'none'}")  # fmt: skip
@@ -258,19 +280,23 @@ def main() -> None:
             create_topic(broker, partitions)
             print(f"{partitions} partitions")
             rows = {}
-            for stages in ("consumer", "consumer,group"):
+            runs = ["consumer", "consumer,group"]
+            if cluster is not None:
+                runs.append("consumer,group_consumer")
+            for stages in runs:
                 log = Path(logs) / f"{stages}.log"
                 with probe(
                     broker.bootstrap_servers, stages, args.interval, log, args.group_fetch_max_wait
                 ) as running:
                     rows[stages] = measure(running, stages, partitions, args.interval, args.window)
                     show(stages, rows[stages])
-                    last = partitions == counts[-1] and stages.endswith("group")
-                    if cluster is not None and last:
-                        print("    " + coordinator_move(cluster, running))
+                    group = group_stage(stages)
+                    if cluster is not None and partitions == counts[-1] and group is not None:
+                        print("    " + coordinator_move(cluster, running, group))
             floor = rows["consumer"]["cpu_per_round"]
-            with_group = rows["consumer,group"]["cpu_per_round"]
-            print(f"  group run / consumer run, CPU a round: {with_group / floor:.2f}x")  # type: ignore[operator]
+            for stages in runs[1:]:
+                ratio = rows[stages]["cpu_per_round"] / floor  # type: ignore[operator]
+                print(f"  {stages} run / consumer run, CPU a round: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

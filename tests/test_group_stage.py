@@ -5,6 +5,7 @@ committed offsets), the reader's positions through a lost commit, and its config
 from __future__ import annotations
 
 import asyncio
+import doctest
 import subprocess
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from probe.config import GroupConfig, load
 from probe.core.errors import CommitFailure, ConfigError
 from probe.embedded import EmbeddedBroker
-from probe.transport import Arrival
+from probe.transport import Arrival, kafka_group_consumer
 from probe.transport.kafka_group import KafkaGroupReader
 from tests.conftest import SLA_PROBE, target_report
 
@@ -155,3 +156,27 @@ def test_a_bad_stage_exits_2_naming_the_stages(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "stages" in done.stderr, done.stderr
     assert "'group'" in done.stderr, done.stderr
+
+
+def test_the_consumer_protocol_stage_on_a_broker_without_it_says_what_it_needs() -> None:
+    # The embedded broker answers no ConsumerGroupHeartbeat, and librdkafka says nothing
+    # of it: the member only never gets an assignment. The report says why it may be.
+    done = subprocess.run(
+        [SLA_PROBE, "once", "--embedded", "--json", "--stages", "consumer,group_consumer",
+         "--rounds", "1"],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    stages = target_report(done.stdout)["stages"]
+    assert stages["consumer"]["outcomes"]["delivered"] > 0
+    assert stages["group_consumer"]["outcomes"]["delivered"] == 0
+    assert "the consumer group protocol, KIP-848, which needs Apache Kafka 4.0" in done.stdout
+
+
+def test_the_consumer_protocol_readers_pure_parts() -> None:
+    # The commit-failure reasons of librdkafka's codes, and the coordinator read off
+    # librdkafka's statistics (its doctests), plus statistics that name none.
+    assert doctest.testmod(kafka_group_consumer).failed == 0
+    assert kafka_group_consumer.coordinator_of({}) is None
+    logical_only = {"brokers": {"GroupCoordinator": {"nodeid": -1, "nodename": "h:9"}}}
+    assert kafka_group_consumer.coordinator_of(logical_only) is None

@@ -81,6 +81,15 @@ BATCH = 500
 # partition, so not more often than a coordinator move needs to be seen.
 STATISTICS_EVERY_MS = 5_000
 
+# What a member never assigned at all is most likely up against: librdkafka says
+# nothing of a broker that does not answer ConsumerGroupHeartbeat (the embedded one,
+# Apache Kafka before 4.0 unless told), it only never gets an assignment.
+NEVER_ASSIGNED = (
+    " (never assigned since it subscribed: the brokers may not speak the consumer group "
+    "protocol, KIP-848, which needs Apache Kafka 4.0 or newer; the group stage reads on "
+    "the classic one)"
+)
+
 # librdkafka's error codes as commit-failure reasons.
 _COMMIT_REASONS: Mapping[int, CommitFailure] = {
     KafkaError._TIMED_OUT: CommitFailure.TIMEOUT,
@@ -455,10 +464,11 @@ class KafkaConsumerProtocolReader:
                 await self._assigned.wait()
         except TimeoutError:
             log.warning(
-                "group %s: not joined within %gs; probing goes on, the group_consumer "
+                "group %s: not joined within %gs%s; probing goes on, the group_consumer "
                 "stage judges what the member reads once it joins",
                 self._group_id,
                 FIRST_JOIN_WAIT_S,
+                NEVER_ASSIGNED,
             )
 
     async def partitions(self) -> list[int]:
@@ -561,7 +571,8 @@ class KafkaConsumerProtocolReader:
             return self._problem
         since = self._unstable_since
         if since is not None and self._clock() - since > UNSTABLE_AFTER_S:
-            return f"group {self._group_id}: no assignment for {self._clock() - since:.0f}s"
+            waited = f"group {self._group_id}: no assignment for {self._clock() - since:.0f}s"
+            return waited if self._first_assignment_done else f"{waited}{NEVER_ASSIGNED}"
         return None
 
     async def close(self) -> None:
