@@ -299,6 +299,10 @@ class KafkaBrokerStop(_Section):
     kind: Literal["kafka-broker-stop"]
     broker: BrokerId = 3
     how: Literal["controlled", "kill"] = "controlled"
+    # Instead of ``broker``: the broker coordinating that group stage's consumer group,
+    # asked of the cluster when the fault is injected (which broker it is depends on
+    # the group id and on where __consumer_offsets' leaders are).
+    coordinator_of: Literal["group", "group_consumer"] | None = None
 
 
 class KafkaRollingRestart(_Section):
@@ -614,6 +618,10 @@ def load_scenario(path: Path) -> Scenario:
         raise ConfigError("probe.stages", "fault kind sink-stall needs the sink stage")
     if scenario.fault.kind in _NEEDS_GROUP_STAGE and StageName.GROUP not in config.stages:
         raise ConfigError("probe.stages", f"fault kind {scenario.fault.kind} needs the group stage")
+    coordinator_of = getattr(scenario.fault, "coordinator_of", None)
+    if coordinator_of is not None and StageName(coordinator_of) not in config.stages:
+        needs = f"fault.coordinator_of: {coordinator_of} needs the {coordinator_of} stage"
+        raise ConfigError("probe.stages", needs)
     if scenario.fault.kind == "sink-stall" and scenario.sink_process != "probe":
         raise ConfigError("sink_process", "fault kind sink-stall holds the sink in the probe")
     if scenario.sink_process == "own" and StageName.SINK not in config.stages:

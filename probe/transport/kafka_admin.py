@@ -522,6 +522,16 @@ def cluster_topics(bootstrap_servers: str) -> list[dict[str, Any]]:
     return asyncio.run(_metadata(bootstrap_servers, {}, ask)) or []
 
 
+def group_coordinator(bootstrap_servers: str, group_id: str, **security: str) -> int | None:
+    """The broker coordinating consumer group ``group_id`` (FindCoordinator: the same
+    for either group protocol); None when no broker answered."""
+
+    async def ask(admin: AIOKafkaAdminClient) -> int:
+        return int(await admin.find_coordinator(group_id))
+
+    return asyncio.run(_metadata(bootstrap_servers, security, ask))
+
+
 def live_brokers(bootstrap_servers: str, **security: str) -> set[int]:
     """The broker ids a metadata answer lists (registered and unfenced); empty when no
     broker answered. ``security``: the client's SASL options, in aiokafka's names."""

@@ -317,17 +317,19 @@ class KafkaGroupReader:
         if (renewed := self._credentials.renewed()) is not None:
             what, options = renewed
             give_credentials([self._consumer._client], options, what)
-        known = self._consumer.partitions_for_topic(self._topic)
-        if not known:
-            # aiokafka's (private) client: the member's metadata, refreshed now.
-            client = self._consumer._client
-            if not await client.force_metadata_update():
-                raise TransportError(
-                    "metadata refresh failed: no broker of "
-                    f"{self._config.bootstrap_servers} answered"
-                )
-            known = self._consumer.partitions_for_topic(self._topic)
-        return sorted(known or ())
+        # aiokafka's (private) client: the member's metadata, refreshed every round.
+        # Its own refresh comes every five minutes (metadata_max_age_ms), and until then
+        # it fetches a partition whose leader moved back to a returning broker from the
+        # former leader, now a follower, which serves it one replica fetch late (500 ms:
+        # over the latency threshold; the consumer stage's reader follows moved leaders
+        # for the same reason). Found by kafka-group-coordinator-stop: the group stage's
+        # latency burnt for as long as the game day ran after the broker came back.
+        client = self._consumer._client
+        if not await client.force_metadata_update():
+            raise TransportError(
+                f"metadata refresh failed: no broker of {self._config.bootstrap_servers} answered"
+            )
+        return sorted(self._consumer.partitions_for_topic(self._topic) or ())
 
     async def provision(self) -> None:
         """The target's own transport creates the topic; the member only subscribes."""

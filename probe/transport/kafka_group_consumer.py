@@ -72,8 +72,8 @@ from probe.transport.kafka_settings import librdkafka_security
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# How long the polling thread waits for records before it looks at its commits and
-# whether it should stop.
+# How long the polling thread waits for a record before it looks at its commits, what
+# the event loop asked of the consumer, and whether it should stop.
 POLL_S = 0.1
 # Records taken from librdkafka's queue at once.
 BATCH = 500
@@ -228,7 +228,11 @@ class KafkaConsumerProtocolReader:
         assert loop is not None
         while not self._stopping.is_set():
             try:
-                messages = consumer.consume(BATCH, POLL_S)
+                # consume() returns when it has BATCH records or its timeout ran out,
+                # which held every canary up to POLL_S: poll() returns with the first
+                # record, and what else is queued comes at once, without waiting.
+                first = consumer.poll(POLL_S)
+                messages = [] if first is None else [first, *consumer.consume(BATCH, 0)]
             except KafkaException as exc:
                 self._note_fetch_problem(f"fetch failed: {exc}")
                 continue

@@ -154,3 +154,21 @@ def test_a_rolling_restart_of_the_kafka_cluster_pages_nobody_and_loses_no_canary
     assert report["canaries"]["lost"] == 0
     assert report["canaries"]["delivered"] > 0
     assert report["resolved"]["computed"]["ok"]
+
+
+@pytest.mark.gameday
+@pytest.mark.parametrize(
+    "scenario", ["kafka-group-coordinator-stop", "kafka-group-consumer-coordinator-stop"]
+)
+def test_each_group_protocol_follows_its_coordinator_away_paging_nobody(
+    tmp_path: Path, scenario: str
+) -> None:
+    # The broker coordinating the stage's group, asked of the cluster at injection, is
+    # the one stopped; the member follows the group to the next coordinator.
+    report = _run(scenario, tmp_path, timeout=285)
+    assert report["false_pages"]["computed"] == []
+    assert report["canaries"]["lost"] == 0
+    assert report["canaries"]["delivered"] > 0
+    assert report["resolved"]["computed"]["ok"]
+    (steps,) = tmp_path.glob("**/faults.log")
+    assert "is coordinated by broker" in steps.read_text()

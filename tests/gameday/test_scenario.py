@@ -182,6 +182,16 @@ expect:
             "fault.how: Input should be 'controlled' or 'kill'",
         ),
         (
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-broker-stop, "
+            "coordinator_of: group_consumer}\nprobe: {stages: [consumer, group]}\n",
+            "probe.stages: fault.coordinator_of: group_consumer needs the group_consumer stage",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nfault: {kind: kafka-broker-stop, "
+            "coordinator_of: share}\n",
+            "fault.coordinator_of: Input should be 'group' or 'group_consumer'",
+        ),
+        (
             "name: x\nbroker: apache-kafka\nfault: {kind: kafka-brokers-down, brokers: [2, 2]}\n",
             "fault.brokers: a broker named twice",
         ),
@@ -257,8 +267,14 @@ def test_the_broker_is_embedded_unless_the_scenario_says_apache_kafka(tmp_path: 
 @pytest.mark.parametrize(
     ("fault", "settings"),
     [
-        ("{kind: kafka-broker-stop}", {"broker": 3, "how": "controlled"}),
-        ("{kind: kafka-broker-stop, broker: 1, how: kill}", {"broker": 1, "how": "kill"}),
+        (
+            "{kind: kafka-broker-stop}",
+            {"broker": 3, "how": "controlled", "coordinator_of": None},
+        ),
+        (
+            "{kind: kafka-broker-stop, broker: 1, how: kill}",
+            {"broker": 1, "how": "kill", "coordinator_of": None},
+        ),
         ("{kind: kafka-rolling-restart}", {"in_sync_timeout": 120.0}),
         ("{kind: kafka-rolling-restart, in_sync_timeout: 1m}", {"in_sync_timeout": 60.0}),
         ("{kind: kafka-brokers-down}", {"brokers": (2, 3)}),

@@ -68,9 +68,13 @@ class LocalTargets:
     # The probe's group.id (its group stage's group); None: the one it derives.
     group_id: str | None = None
 
-    def probe_group_id(self) -> str:
-        """The consumer group the probe's group stage is a member of."""
-        return GroupConfig(id=self.group_id).group_id(self.probe_id)
+    def probe_group_id(self, stage: str = "group") -> str:
+        """The consumer group the probe's group stage (or its group_consumer stage) is
+        a member of."""
+        group = GroupConfig(id=self.group_id)
+        if stage == "group_consumer":
+            return group.consumer_protocol_group_id(self.probe_id)
+        return group.group_id(self.probe_id)
 
     @property
     def proxies(self) -> list[TcpProxy]:

@@ -34,6 +34,7 @@ from probe.transport.kafka_admin import (
     ClusterAdmin,
     Config,
     cluster_topics,
+    group_coordinator,
 )
 
 if TYPE_CHECKING:
@@ -252,8 +253,19 @@ class KafkaBrokerStopFault:
         self.broker = spec.broker
         self.how = spec.how
         self.log = _StepLog(self.cluster)
+        self.bootstrap_servers = targets.bootstrap_servers
+        # The group whose coordinator is the broker to stop, if the spec says so.
+        self.group = (
+            None if spec.coordinator_of is None else (targets.probe_group_id(spec.coordinator_of))
+        )
 
     def inject(self) -> None:
+        if self.group is not None:
+            coordinator = group_coordinator(self.bootstrap_servers, self.group)
+            if coordinator is None:
+                raise ClusterFaultError(f"group {self.group}: no broker named its coordinator")
+            self.broker = coordinator
+            self.log.note(f"group {self.group} is coordinated by broker {coordinator}")
         node = self.cluster.node(self.broker)
         stop = node.stop if self.how == "controlled" else node.kill
         self.log(f"broker {self.broker}: {self.how} stop", stop)
