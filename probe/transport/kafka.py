@@ -68,6 +68,7 @@ from probe.transport.kafka_client import (
     connection_options,
     fetch_max_wait_ms,
     give_credentials,
+    known_to_every_broker,
     never_auto_create,
     reason_for,
     set_fetch_max_wait,
@@ -551,12 +552,16 @@ class KafkaTransport:
         return True
 
     async def _until_known(self) -> None:
-        """Until the metadata lists the topic just created. Apache Kafka's controller
-        answers CreateTopics once the topic is committed; the brokers learn of it a
-        moment later, and a metadata request in between finds no such topic."""
+        """Until every broker's metadata lists the topic just created. Apache Kafka's
+        controller answers CreateTopics once the topic is committed; the brokers learn
+        of it a moment apart, and a metadata request to one that has not finds no such
+        topic (the next refresh may ask any of them)."""
         deadline = time.monotonic() + self._config.send_timeout
+        client = self._producer.client
         # Polled: the broker's metadata has nothing to wait on.
-        while not await self.partitions() and time.monotonic() < deadline:  # noqa: ASYNC110
+        while time.monotonic() < deadline:
+            if await self.partitions() and await known_to_every_broker(client, self._topic):
+                return
             await asyncio.sleep(0.05)
 
     async def cover(self, partitions: Sequence[int]) -> None:

@@ -39,6 +39,8 @@ from typing import Any, TypeVar
 
 import aiokafka.client
 from aiokafka.client import AIOKafkaClient
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 
 from probe.config import KafkaConfig
@@ -103,6 +105,27 @@ def never_auto_create(client: AIOKafkaClient) -> None:
             _PROBES_OWN.reset(token)
 
     client._metadata_update = _metadata_update
+
+
+async def known_to_every_broker(client: AIOKafkaClient, topic: str) -> bool:
+    """Whether the metadata of every broker the client knows lists ``topic``. A topic
+    the controller created reaches each broker's metadata a moment apart (on Apache
+    Kafka 4.0.2, a refresh right after one broker listed it went to another that did
+    not, and ``once`` stopped on "topic not found"); aiokafka asks a random broker."""
+    request = _MetadataRequest([topic], allow_auto_topic_creation=False)
+    for broker in client.cluster.brokers():
+        try:
+            conn = await client._get_conn(broker.nodeId)
+            if conn is None:
+                return False
+            answer = await conn.send(request)
+        except (KafkaError, OSError, TimeoutError):
+            return False
+        seen = ClusterMetadata()
+        seen.update_metadata(answer)
+        if not seen.partitions_for_topic(topic):
+            return False
+    return True
 
 
 def connection_options(config: KafkaConfig) -> dict[str, Any]:
