@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import (
@@ -154,6 +154,71 @@ class Unrecorded:
         pass
 
 
+class MemberNotes:
+    """What a group member says once per change, not once a round: partitions the
+    probe writes to held by another member, and commits failing. Both group stages'
+    readers keep one."""
+
+    def __init__(self, group_id: str, *, moving: str) -> None:
+        self._group_id = group_id
+        self._moving = moving  # how the protocol moves partitions, in words
+        self._held_elsewhere = False
+        self.commit_problem: str | None = None
+
+    def held_elsewhere(self, missing: list[int]) -> None:
+        """One line when partitions the probe writes to are not the member's, one when
+        they all are again."""
+        if missing and not self._held_elsewhere:
+            log.warning(
+                "group %s: %s not assigned to the probe's member (%s, or another member in "
+                "its group): their canaries wait for it",
+                self._group_id,
+                partitions_summary(missing),
+                self._moving,
+            )
+        elif not missing and self._held_elsewhere:
+            log.info(
+                "group %s: every partition assigned to the probe's member again", self._group_id
+            )
+        self._held_elsewhere = bool(missing)
+
+    def commits(self, problem: str | None) -> None:
+        """Commits failing (``problem``), or working (None): a line at each change."""
+        if problem is not None and self.commit_problem is None:
+            log.warning("group %s: %s", self._group_id, problem)
+        elif problem is None and self.commit_problem is not None:
+            log.info("group %s: commits work again (was: %s)", self._group_id, self.commit_problem)
+        self.commit_problem = problem
+
+
+class ReadsOnly:
+    """The write side of a Transport whose reader never writes (both group stages'):
+    the target's own transport writes, provisions and moves leaders."""
+
+    _topic: str
+    stage_name: ClassVar[str]
+
+    async def provision(self) -> None:
+        """The target's own transport creates the topic; the member only subscribes."""
+
+    def destination(self, partition: int) -> str:
+        return self._topic
+
+    def refused(self, partition: int, since: float) -> ProduceFailure | None:
+        return None
+
+    async def send(
+        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
+    ) -> int | None:
+        raise TransportError(f"the {self.stage_name} stage's reader never writes")
+
+    def replicas(self) -> TopicReplicas | None:
+        return None
+
+    async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
+        return []
+
+
 class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
     """aiokafka's callbacks, to the reader."""
 
@@ -167,7 +232,7 @@ class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._reader._assigned_now({tp.partition for tp in assigned})
 
 
-class KafkaGroupReader:
+class KafkaGroupReader(ReadsOnly):
     """Reads the canary topic as a member of consumer group ``group_id``; never writes.
 
     ``target``: the label its recorder's series carry; ``fetch_max_wait`` (seconds):
@@ -176,6 +241,7 @@ class KafkaGroupReader:
 
     messaging_system = "kafka"
     max_in_flight: int | None = None
+    stage_name = "group"
 
     def __init__(
         self,
@@ -228,8 +294,7 @@ class KafkaGroupReader:
         self._committer: asyncio.Task[None] | None = None
         self._assigned_event = asyncio.Event()
         self._problem: str | None = None
-        self._commit_problem: str | None = None
-        self._held_elsewhere = False
+        self._notes = MemberNotes(group_id, moving="a rebalance")
 
     # -- the group's life ------------------------------------------------------------
 
@@ -331,9 +396,6 @@ class KafkaGroupReader:
             )
         return sorted(self._consumer.partitions_for_topic(self._topic) or ())
 
-    async def provision(self) -> None:
-        """The target's own transport creates the topic; the member only subscribes."""
-
     def describe(self, partitions: Sequence[int]) -> str:
         if not partitions:
             return f"topic {self._topic} not found"
@@ -368,40 +430,7 @@ class KafkaGroupReader:
                     await self._consumer.position(TopicPartition(self._topic, partition))
         except (TimeoutError, KafkaError) as exc:
             log.debug("group %s: cover: %r", self._group_id, exc)
-        self._note_held_elsewhere(sorted(wanted - self._assignment))
-
-    def _note_held_elsewhere(self, missing: list[int]) -> None:
-        """One line when partitions the probe writes to are not the member's, one when
-        they all are again."""
-        if missing and not self._held_elsewhere:
-            log.warning(
-                "group %s: %s not assigned to the probe's member (a rebalance, or another "
-                "member in its group): their canaries wait for it",
-                self._group_id,
-                partitions_summary(missing),
-            )
-        elif not missing and self._held_elsewhere:
-            log.info(
-                "group %s: every partition assigned to the probe's member again", self._group_id
-            )
-        self._held_elsewhere = bool(missing)
-
-    def destination(self, partition: int) -> str:
-        return self._topic
-
-    def refused(self, partition: int, since: float) -> ProduceFailure | None:
-        return None
-
-    async def send(
-        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
-    ) -> int | None:
-        raise TransportError("the group stage's reader never writes")
-
-    def replicas(self) -> TopicReplicas | None:
-        return None
-
-    async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
-        return []
+        self._notes.held_elsewhere(sorted(wanted - self._assignment))
 
     async def arrivals(self) -> AsyncIterator[Arrival]:
         failed_at = 0.0
@@ -453,10 +482,10 @@ class KafkaGroupReader:
         except (KafkaError, TimeoutError) as exc:
             reason = commit_failure_reason(exc)
             self._recorder.commit_failed(self._target, reason)
-            self._note_commit_problem(f"commits failing ({reason}): {exc or 'timeout'}")
+            self._notes.commits(f"commits failing ({reason}): {exc or 'timeout'}")
             return
         self._recorder.committed(self._target, self._clock() - began)
-        self._note_commit_problem(None)
+        self._notes.commits(None)
         for tp, meta in offsets.items():
             self._committed[tp.partition] = meta.offset
         self._recorder.coordinated_by(self._target, self._coordinator())
@@ -468,13 +497,6 @@ class KafkaGroupReader:
             for p, at in self._positions.items()
             if p in self._assignment and self._committed.get(p) != at
         }
-
-    def _note_commit_problem(self, problem: str | None) -> None:
-        if problem is not None and self._commit_problem is None:
-            log.warning("group %s: %s", self._group_id, problem)
-        elif problem is None and self._commit_problem is not None:
-            log.info("group %s: commits work again (was: %s)", self._group_id, self._commit_problem)
-        self._commit_problem = problem
 
     def read_problem(self) -> str | None:
         """Why the member cannot read right now: a fetch failing, or the member out of

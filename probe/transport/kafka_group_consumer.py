@@ -54,10 +54,8 @@ from confluent_kafka import (
 )
 
 from probe.config import KafkaConfig
-from probe.core.errors import CommitFailure, ProduceFailure, TransportError
-from probe.core.leadership import LeaderPlan
+from probe.core.errors import CommitFailure, TransportError
 from probe.core.partition_summary import partitions_summary
-from probe.core.replicas import TopicReplicas
 from probe.transport import Arrival
 from probe.transport.kafka_client import CredentialFiles
 from probe.transport.kafka_group import (
@@ -65,6 +63,8 @@ from probe.transport.kafka_group import (
     FIRST_JOIN_WAIT_S,
     UNSTABLE_AFTER_S,
     GroupRecorder,
+    MemberNotes,
+    ReadsOnly,
     Unrecorded,
 )
 from probe.transport.kafka_settings import librdkafka_security
@@ -143,7 +143,7 @@ def coordinator_of(statistics: Mapping[str, Any]) -> int | None:
     return None
 
 
-class KafkaConsumerProtocolReader:
+class KafkaConsumerProtocolReader(ReadsOnly):
     """Reads the canary topic as a member of consumer group ``group_id`` on the
     consumer protocol (KIP-848); never writes.
 
@@ -153,6 +153,7 @@ class KafkaConsumerProtocolReader:
 
     messaging_system = "kafka"
     max_in_flight: int | None = None
+    stage_name = "group_consumer"
 
     def __init__(
         self,
@@ -217,8 +218,7 @@ class KafkaConsumerProtocolReader:
         self._reassigned = asyncio.Event()  # set at every assignment
         self._problem: str | None = None
         self._failed_at = 0.0
-        self._commit_problem: str | None = None
-        self._held_elsewhere = False
+        self._notes = MemberNotes(group_id, moving="reconciling")
 
     # -- the polling thread ----------------------------------------------------------
 
@@ -297,7 +297,7 @@ class KafkaConsumerProtocolReader:
             if counted and now - began > self._config.send_timeout:
                 self._commits[-1] = (began, False)
                 self._recorder.commit_failed(self._target, CommitFailure.TIMEOUT)
-                self._note_commit_problem("commits failing (timeout): no answer")
+                self._notes.commits("commits failing (timeout): no answer")
             return
         if not self._moved or now - self._last_commit_began < COMMIT_EVERY_S:
             return
@@ -331,20 +331,13 @@ class KafkaConsumerProtocolReader:
             self._commit_failed(error)
             return
         self._recorder.committed(self._target, self._clock() - began)
-        self._note_commit_problem(None)
+        self._notes.commits(None)
         self._committed = {**self._committed, **{tp.partition: tp.offset for tp in partitions}}
 
     def _commit_failed(self, error: KafkaError | None) -> None:
         reason = commit_failure_reason(error)
         self._recorder.commit_failed(self._target, reason)
-        self._note_commit_problem(f"commits failing ({reason}): {error}")
-
-    def _note_commit_problem(self, problem: str | None) -> None:
-        if problem is not None and self._commit_problem is None:
-            log.warning("group %s: %s", self._group_id, problem)
-        elif problem is None and self._commit_problem is not None:
-            log.info("group %s: commits work again (was: %s)", self._group_id, self._commit_problem)
-        self._commit_problem = problem
+        self._notes.commits(f"commits failing ({reason}): {error}")
 
     def _statistics(self, text: str) -> None:
         with contextlib.suppress(ValueError):
@@ -499,9 +492,6 @@ class KafkaConsumerProtocolReader:
             return []
         return sorted(topic.partitions)
 
-    async def provision(self) -> None:
-        """The target's own transport creates the topic; the member only subscribes."""
-
     def describe(self, partitions: Sequence[int]) -> str:
         if not partitions:
             return f"topic {self._topic} not found"
@@ -530,38 +520,7 @@ class KafkaConsumerProtocolReader:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await self._reassigned.wait()
-        self._note_held_elsewhere(sorted(wanted - self._assignment))
-
-    def _note_held_elsewhere(self, missing: list[int]) -> None:
-        if missing and not self._held_elsewhere:
-            log.warning(
-                "group %s: %s not assigned to the probe's member (reconciling, or another "
-                "member in its group): their canaries wait for it",
-                self._group_id,
-                partitions_summary(missing),
-            )
-        elif not missing and self._held_elsewhere:
-            log.info(
-                "group %s: every partition assigned to the probe's member again", self._group_id
-            )
-        self._held_elsewhere = bool(missing)
-
-    def destination(self, partition: int) -> str:
-        return self._topic
-
-    def refused(self, partition: int, since: float) -> ProduceFailure | None:
-        return None
-
-    async def send(
-        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
-    ) -> int | None:
-        raise TransportError("the group_consumer stage's reader never writes")
-
-    def replicas(self) -> TopicReplicas | None:
-        return None
-
-    async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
-        return []
+        self._notes.held_elsewhere(sorted(wanted - self._assignment))
 
     async def arrivals(self) -> AsyncIterator[Arrival]:
         while True:
