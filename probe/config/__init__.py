@@ -132,7 +132,8 @@ class ProbeConfig(_Section):
     once: OnceConfig = OnceConfig()
     mqtt: MqttConfig = MqttConfig()
     # Stages judging the Kafka target: the direct consumer, and the Spark sink and the
-    # consumer-group members, classic and consumer protocol (opt-in).
+    # consumer-group members, classic and consumer protocol, and the share-group member
+    # (opt-in).
     stages: tuple[KafkaStage, ...] = Field(default=("consumer",), validate_default=True)
     sink: SinkConfig = SinkConfig()
     group: GroupConfig = GroupConfig()
@@ -144,7 +145,9 @@ class ProbeConfig(_Section):
         if isinstance(stages, str):
             stages = [name.strip() for name in stages.split(",") if name.strip()]
         if isinstance(stages, list | tuple) and not stages:
-            raise ValueError("must name at least one of: consumer, sink, group, group_consumer")
+            raise ValueError(
+                "must name at least one of: consumer, sink, group, group_consumer, share"
+            )
         return tuple(dict.fromkeys(stages)) if isinstance(stages, list | tuple) else stages
 
     # Which targets to probe, by transport name. Default: MQTT when mqtt.url is set,

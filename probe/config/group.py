@@ -55,3 +55,12 @@ class GroupConfig(_Section):
         'synthetic-sla-probe.probe-7.consumer-protocol'
         """
         return f"{self.group_id(probe_id)}.consumer-protocol"
+
+    def share_group_id(self, probe_id: str) -> str:
+        """The id of the share stage's share group (KIP-932): the group stage's,
+        suffixed (share groups and consumer groups share one namespace of ids).
+
+        >>> GroupConfig().share_group_id("probe-7")
+        'synthetic-sla-probe.probe-7.share'
+        """
+        return f"{self.group_id(probe_id)}.share"

@@ -35,20 +35,22 @@ class StageName(StrEnum):
     GROUP = "group"  # Kafka: a consumer-group member of the canary topic, committing
     # Kafka: the same on the consumer group protocol (KIP-848), not the classic one
     GROUP_CONSUMER = "group_consumer"
+    SHARE = "share"  # Kafka: a member of a share group (KIP-932), acknowledging each
     MQTT = "mqtt"  # MQTT: a subscriber to the shard topics
     BRIDGE = "bridge"  # MQTT: the Kafka topic an MQTT-to-Kafka bridge fills
 
 
-# The stages read by a consumer-group member: their group series (probe.metrics.group)
-# carry the stage's name.
-GROUP_STAGES = frozenset({StageName.GROUP, StageName.GROUP_CONSUMER})
+# The stages read by a member of a group of the probe's own (a consumer group, or the
+# share stage's share group): their group series (probe.metrics.group) carry the
+# stage's name.
+GROUP_STAGES = frozenset({StageName.GROUP, StageName.GROUP_CONSUMER, StageName.SHARE})
 
 
 # The stages each kind of target may name, as users write them (the messages of a
 # Literal list them plainly); held as StageName once validated.
 MqttStage = Annotated[Literal["mqtt", "bridge"], AfterValidator(StageName)]
 KafkaStage = Annotated[
-    Literal["consumer", "sink", "group", "group_consumer"], AfterValidator(StageName)
+    Literal["consumer", "sink", "group", "group_consumer", "share"], AfterValidator(StageName)
 ]
 
 

@@ -114,12 +114,16 @@ class ProduceFailure(StrEnum):
 
 
 class CommitFailure(StrEnum):
-    """Why the group stage's offset commit failed: the ``reason`` label values."""
+    """Why a group stage's offset commit (the share stage's acknowledgement) failed: the
+    ``reason`` label values."""
 
     TIMEOUT = "timeout"  # no answer within the send timeout
     COORDINATOR_MOVED = "coordinator_moved"  # not (or no longer) the coordinator
     REBALANCE = "rebalance"  # the group rebalanced under the commit
     NOT_AUTHORIZED = "not_authorized"  # the group's or the topic's ACLs refuse it
+    # A share group's acknowledgement of a record whose acquisition lock had run out:
+    # the record is no longer the member's, and goes to another delivery.
+    LOCK_EXPIRED = "lock_expired"
     ERROR = "error"  # anything else the broker or the client said
 
 

@@ -286,6 +286,17 @@ class GroupMemberFlapping(_Section):
     period: Duration = 10.0
 
 
+class ShareMemberStall(_Section):
+    """A member of the probe's share group (the share stage's) that acquires records on
+    the canary topic and freezes with them, never acknowledging, until healed: its
+    locks run out and its session ends on Kafka's own clocks (30 s and 45 s by
+    default), and its records are delivered again to the probe's member. The probe
+    must run the share stage, on Apache Kafka (the embedded broker has no share
+    groups)."""
+
+    kind: Literal["share-member-stall"]
+
+
 # --- Faults of the Apache Kafka cluster (``broker: apache-kafka``): node ids 1 to 3 ----
 
 BrokerId = Annotated[int, Field(ge=1, le=3)]
@@ -396,6 +407,7 @@ Fault = Annotated[
     | ProducerClockSkew
     | CoordinatorRequests
     | GroupMemberFlapping
+    | ShareMemberStall
     | KafkaBrokerStop
     | KafkaRollingRestart
     | KafkaBrokersDown
@@ -587,6 +599,8 @@ FAULT_BROKERS: dict[str, str] = {
     "kafka-controller-kill": "apache-kafka",
     "kafka-unclean-election": "apache-kafka",
     "kafka-reassignment": "apache-kafka",
+    # Share groups (KIP-932): the embedded broker has none.
+    "share-member-stall": "apache-kafka",
 }
 _BROKER_NAMES = {"embedded": "embedded broker", "apache-kafka": "Apache Kafka cluster"}
 _RESTARTS_PROBE = {"probe-restart", "producer-clock-skew"}
@@ -618,6 +632,8 @@ def load_scenario(path: Path) -> Scenario:
         raise ConfigError("probe.stages", "fault kind sink-stall needs the sink stage")
     if scenario.fault.kind in _NEEDS_GROUP_STAGE and StageName.GROUP not in config.stages:
         raise ConfigError("probe.stages", f"fault kind {scenario.fault.kind} needs the group stage")
+    if scenario.fault.kind == "share-member-stall" and StageName.SHARE not in config.stages:
+        raise ConfigError("probe.stages", "fault kind share-member-stall needs the share stage")
     coordinator_of = getattr(scenario.fault, "coordinator_of", None)
     if coordinator_of is not None and StageName(coordinator_of) not in config.stages:
         needs = f"fault.coordinator_of: {coordinator_of} needs the {coordinator_of} stage"

@@ -21,6 +21,12 @@ from probe.core.errors import CommitFailure
 # Rebalances take from a few ms (one member, no initial delay) to the session timeout
 # and beyond (a coordinator that moved, members that left without a word).
 REBALANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# A share group delivers a record again each time a lock runs out or a member releases
+# it, until group.share.delivery.count.limit (5 by default, at most 10) archives it.
+DELIVERY_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0)
+# The stage whose member is in a share group (probe.config.StageName.SHARE): the only
+# one with delivery counts.
+SHARE = "share"
 
 
 class GroupMetrics:
@@ -87,6 +93,15 @@ class GroupMetrics:
             ["target", "stage"],
             registry=registry,
         )
+        self.deliveries = Histogram(
+            "synthetic_sla_group_deliveries",
+            "The delivery count the broker gave each record the share stage's member "
+            "read: 1 the first time; more when its lock ran out at another member, or "
+            "the member's acceptance was lost.",
+            ["target", "stage"],
+            buckets=DELIVERY_BUCKETS,
+            registry=registry,
+        )
         self._coordinators: dict[tuple[str, str], str] = {}
 
     def declare(self, target: str, stage: str) -> None:
@@ -99,6 +114,8 @@ class GroupMetrics:
         self.stable.labels(target, stage).set(0)
         self.assigned.labels(target, stage).set(0)
         self.redelivered.labels(target, stage)
+        if stage == SHARE:
+            self.deliveries.labels(target, stage)
 
     def of(self, stage: str) -> StageGroupMetrics:
         """The recorder of the reader of ``stage``."""
@@ -147,3 +164,6 @@ class StageGroupMetrics:
 
     def refetched(self, target: str, records: int) -> None:
         self._metrics.redelivered.labels(target, self._stage).inc(records)
+
+    def delivered(self, target: str, delivery_count: int) -> None:
+        self._metrics.deliveries.labels(target, self._stage).observe(delivery_count)

@@ -174,6 +174,9 @@ class _Kafka:
             readers[StageName.GROUP_CONSUMER] = lambda recorder: self.consumer_protocol_reader(
                 config, recorder
             )
+        if StageName.SHARE in config.stages:
+            stages += (StageName.SHARE,)
+            readers[StageName.SHARE] = lambda recorder: self.share_reader(config, recorder)
         rate = config.kafka.max_send_rate
         spacing = 1.0 / rate if rate else 0.0
         return TargetLayout(
@@ -233,6 +236,18 @@ class _Kafka:
         return KafkaConsumerProtocolReader(
             config.kafka,
             config.group.consumer_protocol_group_id(config.probe_id),
+            target=config.target,
+            recorder=recorder,
+            fetch_max_wait=config.group.fetch_max_wait,
+        )
+
+    def share_reader(self, config: ProbeConfig, recorder: GroupRecorder | None) -> Transport:
+        """The share stage's reader: a member of the probe's share group (KIP-932)."""
+        from probe.transport.kafka_share import KafkaShareReader  # noqa: PLC0415
+
+        return KafkaShareReader(
+            config.kafka,
+            config.group.share_group_id(config.probe_id),
             target=config.target,
             recorder=recorder,
             fetch_max_wait=config.group.fetch_max_wait,

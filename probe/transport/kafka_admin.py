@@ -62,6 +62,8 @@ METADATA_TIMEOUT_MS = 3_000
 # Config resource types (Kafka's ConfigResource.Type).
 TOPIC = 2
 BROKER = 4
+GROUP = 32  # a consumer or share group's own settings (KIP-848, KIP-932)
+_RESOURCE_NAMES = {TOPIC: "topic", BROKER: "broker", GROUP: "group"}
 # IncrementalAlterConfigs operations.
 _SET, _DELETE = 0, 1
 # An election result that is no refusal: the partition has the leader asked for.
@@ -106,8 +108,9 @@ class Refused:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """One setting of one resource (``TOPIC`` or ``BROKER``, named by the topic or the
-    broker id); ``value`` None deletes the setting (back to its default)."""
+    """One setting of one resource (``TOPIC``, ``BROKER`` or ``GROUP``, named by the
+    topic, the broker id or the group id); ``value`` None deletes the setting (back to
+    its default)."""
 
     resource_type: int
     resource: str
@@ -481,7 +484,7 @@ async def set_configs(admin: AIOKafkaAdminClient, configs: Sequence[Config]) -> 
             problems.append(response.problem)
             continue
         problems += [
-            f"{'topic' if kind == TOPIC else 'broker'} {name}: "
+            f"{_RESOURCE_NAMES.get(kind, 'resource')} {name}: "
             + Refused.by_kafka(None, code, message).problem
             for code, message, kind, name in response.responses
             if code
@@ -509,6 +512,18 @@ async def log_ends(
         return {tp.partition: int(end) for tp, end in ends.items()}
     finally:
         await consumer.stop()
+
+
+async def topic_partitions(admin: AIOKafkaAdminClient, topic: str) -> list[int]:
+    """The topic's partitions as a metadata answer lists them, in order; empty when the
+    topic does not exist. Raises KafkaError when no broker answers."""
+    described: list[dict[str, Any]] = await admin.describe_topics([topic])
+    return sorted(
+        int(partition["partition"])
+        for found in described
+        if found["topic"] == topic and not found["error_code"]
+        for partition in found["partitions"]
+    )
 
 
 def cluster_topics(bootstrap_servers: str) -> list[dict[str, Any]]:

@@ -128,6 +128,9 @@ class GroupRecorder(Protocol):
 
     def refetched(self, target: str, records: int) -> None: ...
 
+    def delivered(self, target: str, delivery_count: int) -> None:
+        """A share group's record read, with the broker's delivery count."""
+
 
 class Unrecorded:
     """The recorder of a reader nobody measures (tests of the reader alone)."""
@@ -151,6 +154,9 @@ class Unrecorded:
         pass
 
     def refetched(self, target: str, records: int) -> None:
+        pass
+
+    def delivered(self, target: str, delivery_count: int) -> None:
         pass
 
 

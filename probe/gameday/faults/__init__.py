@@ -34,6 +34,7 @@ from probe.gameday.faults.kafka_cluster import (
 from probe.gameday.faults.link import ProxyBlackholeFault, ProxyLatencyFault
 from probe.gameday.faults.probe_restart import ProbeRestartFault
 from probe.gameday.faults.replayed import ReplayedCanariesFault
+from probe.gameday.faults.share_member import ShareMemberStallFault
 from probe.gameday.faults.silent_partition import SilentPartitionFault
 from probe.gameday.faults.sink_stall import SinkStallFault
 
@@ -50,6 +51,7 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "producer-clock-skew": ProducerClockSkewFault,
     "coordinator-requests": CoordinatorRequestsFault,
     "group-member-flapping": GroupMemberFlappingFault,
+    "share-member-stall": ShareMemberStallFault,
     "kafka-broker-stop": KafkaBrokerStopFault,
     "kafka-rolling-restart": KafkaRollingRestartFault,
     "kafka-brokers-down": KafkaBrokersDownFault,

@@ -69,11 +69,13 @@ class LocalTargets:
     group_id: str | None = None
 
     def probe_group_id(self, stage: str = "group") -> str:
-        """The consumer group the probe's group stage (or its group_consumer stage) is
-        a member of."""
+        """The group the probe's group stage (or its group_consumer stage, or its share
+        stage) is a member of."""
         group = GroupConfig(id=self.group_id)
         if stage == "group_consumer":
             return group.consumer_protocol_group_id(self.probe_id)
+        if stage == "share":
+            return group.share_group_id(self.probe_id)
         return group.group_id(self.probe_id)
 
     @property
