@@ -1106,8 +1106,9 @@ def reconciliation_row() -> list[AnyPanel]:
 
 def group_row() -> list[AnyPanel]:
     """The group stages' members (docs/consumer-groups.md): their canaries are in the
-    rows above with stage="group" (classic protocol) or "group_consumer" (consumer
-    protocol, KIP-848); here, what each lives through as a group member."""
+    rows above with stage="group" (classic protocol), "group_consumer" (consumer
+    protocol, KIP-848) or "share" (a share group, KIP-932); here, what each lives
+    through as a group member."""
     commit = "synthetic_sla_group_commit_latency_seconds"
     return [
         state_stat(
@@ -1169,6 +1170,27 @@ def group_row() -> list[AnyPanel]:
             )
         )
         .id(1205)
+        .span(12)
+        .height(8),
+        bars(
+            timeseries(
+                "Share group: records delivered again",
+                "Records the share stage's member was given with a delivery count above 1 "
+                "(a lock that ran out at another member, an acceptance lost), per "
+                "interval; the acknowledgement latency is the commit latency above, "
+                "stage share.",
+                "short",
+                query(
+                    increase_by("target, stage", "synthetic_sla_group_deliveries_count", TARGET)
+                    + " - "
+                    + increase_by(
+                        "target, stage", "synthetic_sla_group_deliveries_bucket", TARGET, 'le="1.0"'
+                    ),
+                    "{{target}}/{{stage}} delivered again",
+                ),
+            )
+        )
+        .id(1206)
         .span(12)
         .height(8),
     ]

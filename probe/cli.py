@@ -262,9 +262,9 @@ def _common(interval_path: str, interval_help: str, *, section: str) -> Callable
             _option(
                 "stages",
                 "stages",
-                "Kafka stages: consumer, sink (Spark), group (a consumer-group member) and "
-                "group_consumer (one on the consumer group protocol, KIP-848), e.g. "
-                "consumer,group.",
+                "Kafka stages: consumer, sink (Spark), group (a consumer-group member), "
+                "group_consumer (one on the consumer group protocol, KIP-848) and share "
+                "(a share-group member, KIP-932; a preview), e.g. consumer,group.",
             ),
             _option("group-id", "group.id", "The group stage's consumer group id."),
             _sink_path(),
