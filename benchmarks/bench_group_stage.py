@@ -10,7 +10,9 @@ runs of what a user runs, one after the other, each for the window after its fir
 round: ``sla-probe run --stages consumer`` (the floor: the probe without a group
 stage), ``sla-probe run --stages consumer,group`` (the classic protocol) and, on
 Apache Kafka, ``sla-probe run --stages consumer,group_consumer`` (the consumer
-protocol, KIP-848, on librdkafka). Printed per case:
+protocol, KIP-848, on librdkafka) and ``sla-probe run --stages consumer,share`` (a
+share group, KIP-932, on librdkafka's share consumer: its "commits" are its
+acknowledgements, one a canary). Printed per case:
 
 * CPU-seconds a round of the probe's process, and each group run's over the consumer
   run's (the group stage's cost as a ratio, measured in one sitting), with CPU ms per
@@ -49,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import TOPIC, Broker, cpu_seconds, create_topic, quantile
 
 from probe.apache_kafka.cluster import KafkaCluster
+from probe.config.names import GROUP_STAGES
 from probe.embedded import EmbeddedBroker, free_loopback_port
 
 SLA_PROBE = Path(sys.executable).with_name("sla-probe")
@@ -182,8 +185,8 @@ def measure(running: Running, stages: str, partitions: int, interval: float,
 
 
 def group_stage(stages: str) -> str | None:
-    """The group stage of a run's stages (group or group_consumer), if any."""
-    return next((s for s in stages.split(",") if s.startswith("group")), None)
+    """The group stage of a run's stages (group, group_consumer or share), if any."""
+    return next((s for s in stages.split(",") if s in GROUP_STAGES), None)
 
 
 def coordinator(samples: Samples, stage: str) -> int | None:
@@ -282,7 +285,7 @@ def main() -> None:
             rows = {}
             runs = ["consumer", "consumer,group"]
             if cluster is not None:
-                runs.append("consumer,group_consumer")
+                runs += ["consumer,group_consumer", "consumer,share"]
             for stages in runs:
                 log = Path(logs) / f"{stages}.log"
                 with probe(
