@@ -333,6 +333,7 @@ def _failure_row(failure: _Failure, leader_of: Callable[[str, int], int | None])
             AnomalyKind.SEQUENCE_JUMP: "sequence far ahead of the partition's: ignored",
             AnomalyKind.MISROUTED: "read on another partition than written to",
             AnomalyKind.FUTURE_DATED: "produced after it arrived, by the clocks",
+            AnomalyKind.ABORTED_READ: "written in an aborted transaction, read committed",
         }.get(what.kind, what.kind.value)
         seq = what.seq if what.seq >= 0 else None
         broker = leader_of(target, partition)

@@ -38,7 +38,12 @@ class WindowedTransport:
         return f"shard/{partition}"
 
     async def send(
-        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
+        self,
+        partition: int,
+        payload: bytes,
+        trace_headers: Mapping[str, str] | None = None,
+        *,
+        aborting: bool = False,
     ) -> int | None:
         self.sent_at.append(time.monotonic())
         self.in_flight += 1

@@ -28,6 +28,7 @@ its own, which imports only its siblings, never this package:
 - ``metrics``: MetricsConfig, SloConfig;
 - ``once``: OnceConfig, PushGatewayConfig;
 - ``group``: GroupConfig;
+- ``transactions``: TransactionsConfig;
 - ``sink``: SinkConfig, RestartConfig;
 - ``reconcile``: ReconcileConfig, ReconcileWindowConfig.
 
@@ -57,6 +58,7 @@ from probe.config.once import OnceConfig, PushGatewayConfig
 from probe.config.reconcile import ReconcileConfig, ReconcileWindowConfig
 from probe.config.secret_sources import SECRET_VARIABLES
 from probe.config.sink import RestartConfig, SinkConfig
+from probe.config.transactions import TransactionsConfig
 from probe.core.canary import Canary, encode
 from probe.core.errors import ConfigError
 from probe.core.keys import MAX_KID_CHARS, MIN_SECRET_BYTES, KeyRing
@@ -85,6 +87,7 @@ __all__ = [
     "StageName",
     "TargetKind",
     "TlsConfig",
+    "TransactionsConfig",
     "format_duration",
     "load",
     "parse_duration",
@@ -132,11 +135,12 @@ class ProbeConfig(_Section):
     once: OnceConfig = OnceConfig()
     mqtt: MqttConfig = MqttConfig()
     # Stages judging the Kafka target: the direct consumer, and the Spark sink and the
-    # consumer-group members, classic and consumer protocol, and the share-group member
-    # (opt-in).
+    # consumer-group members, classic and consumer protocol, the share-group member and
+    # the read_committed reader of transactional writes (opt-in).
     stages: tuple[KafkaStage, ...] = Field(default=("consumer",), validate_default=True)
     sink: SinkConfig = SinkConfig()
     group: GroupConfig = GroupConfig()
+    transactions: TransactionsConfig = TransactionsConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
 
     @field_validator("stages", mode="before")
@@ -146,7 +150,8 @@ class ProbeConfig(_Section):
             stages = [name.strip() for name in stages.split(",") if name.strip()]
         if isinstance(stages, list | tuple) and not stages:
             raise ValueError(
-                "must name at least one of: consumer, sink, group, group_consumer, share"
+                "must name at least one of: consumer, sink, group, group_consumer, share, "
+                "transactional"
             )
         return tuple(dict.fromkeys(stages)) if isinstance(stages, list | tuple) else stages
 

@@ -36,6 +36,8 @@ class StageName(StrEnum):
     # Kafka: the same on the consumer group protocol (KIP-848), not the classic one
     GROUP_CONSUMER = "group_consumer"
     SHARE = "share"  # Kafka: a member of a share group (KIP-932), acknowledging each
+    # Kafka: a read_committed consumer of canaries written in transactions
+    TRANSACTIONAL = "transactional"
     MQTT = "mqtt"  # MQTT: a subscriber to the shard topics
     BRIDGE = "bridge"  # MQTT: the Kafka topic an MQTT-to-Kafka bridge fills
 
@@ -50,7 +52,8 @@ GROUP_STAGES = frozenset({StageName.GROUP, StageName.GROUP_CONSUMER, StageName.S
 # Literal list them plainly); held as StageName once validated.
 MqttStage = Annotated[Literal["mqtt", "bridge"], AfterValidator(StageName)]
 KafkaStage = Annotated[
-    Literal["consumer", "sink", "group", "group_consumer", "share"], AfterValidator(StageName)
+    Literal["consumer", "sink", "group", "group_consumer", "share", "transactional"],
+    AfterValidator(StageName),
 ]
 
 

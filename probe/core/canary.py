@@ -21,7 +21,8 @@ id is ASCII) behind a one-byte length, so none exceeds 255 bytes::
        4  partition      partition or shard number
        8  seq            per-partition sequence number within the incarnation
        8  produced_ns    producer's wall clock (ns since the epoch) at send time
-       1  flags          bit 0: a trace context follows; other bits must be 0
+       1  flags          bit 0: a trace context follows; bit 1: aborted (written in a
+                         transaction its producer aborts); other bits must be 0
     [  1  trace_len      only if flags bit 0: 0..255
      var  trace_context  W3C traceparent (opaque to the codec)]
        4  pad_len        number of padding bytes
@@ -56,6 +57,12 @@ class Canary:
     names a canary uniquely. ``seq`` is contiguous per partition among *acknowledged*
     canaries: a canary whose produce failed gives its number to the next one, so a
     gap seen downstream means loss.
+
+    ``aborted``: written in a transaction its producer aborts on purpose (the
+    transactional stage's aborted rounds). No stage expects it and it takes no seq of
+    its own (it carries the next one, which the next committed canary takes too): a
+    consumer reading committed records must never see it, and one reading
+    uncommitted records skips it.
     """
 
     probe_id: str
@@ -65,6 +72,7 @@ class Canary:
     seq: int
     produced_ns: int
     trace_context: str | None = None
+    aborted: bool = False
 
 
 # --- Wire codec --------------------------------------------------------------------------
@@ -80,6 +88,7 @@ MAX_STRING_BYTES = 255
 
 _HEADER = MAGIC + bytes((FORMAT_VERSION,))
 _HAS_TRACE_CONTEXT = 0x01
+_ABORTED = 0x02
 _U64_MAX = 2**64 - 1
 _U32_MAX = 2**32 - 1
 _INCARNATION_TARGET_LEN = struct.Struct(">QB")
@@ -126,7 +135,8 @@ def encode(canary: Canary, keyring: KeyRing, *, pad_to: int = 0) -> bytes:
             canary.partition,
             canary.seq,
             canary.produced_ns,
-            0 if canary.trace_context is None else _HAS_TRACE_CONTEXT,
+            (0 if canary.trace_context is None else _HAS_TRACE_CONTEXT)
+            | (_ABORTED if canary.aborted else 0),
         )
     except struct.error:
         raise ValueError(_number_problem(canary)) from None
@@ -221,12 +231,12 @@ def decode(
         )
         position = target_end + _PARTITION_SEQ_PRODUCED_FLAGS.size
         trace_context: str | None = None
-        if flags == _HAS_TRACE_CONTEXT:
+        if flags & ~(_HAS_TRACE_CONTEXT | _ABORTED):
+            raise ValueError("unknown flag bits")
+        if flags & _HAS_TRACE_CONTEXT:
             trace_end = position + 1 + signed[position]
             trace_context = signed[position + 1 : trace_end].decode("utf-8")
             position = trace_end
-        elif flags != 0:
-            raise ValueError("unknown flag bits")
         (pad_len,) = _PAD_LEN.unpack_from(signed, position)
         position += _PAD_LEN.size
         # Exact fit: nothing may hide between the padding and the MAC, and padding
@@ -240,7 +250,16 @@ def decode(
         raise CanaryRejected(RejectReason.UNKNOWN_KEY, probe_id, incarnation)
     if not hmac.compare_digest(hmac.digest(secret, signed, "sha256"), record[signed_end:]):
         raise CanaryRejected(RejectReason.BAD_SIGNATURE, probe_id)
-    return Canary(probe_id, incarnation, target, partition, seq, produced_ns, trace_context)
+    return Canary(
+        probe_id,
+        incarnation,
+        target,
+        partition,
+        seq,
+        produced_ns,
+        trace_context,
+        bool(flags & _ABORTED),
+    )
 
 
 def _claimed_probe_id(record: bytes) -> str | None:

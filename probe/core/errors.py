@@ -127,6 +127,15 @@ class CommitFailure(StrEnum):
     ERROR = "error"  # anything else the broker or the client said
 
 
+class TransactionOutcome(StrEnum):
+    """How one of the transactional stage's transactions ended: the ``outcome`` label
+    values."""
+
+    COMMITTED = "committed"
+    ABORTED = "aborted"  # on purpose: an aborted round
+    FAILED = "failed"  # its commit or its abort failed, or took too long
+
+
 class ProduceFailed(TransportError):
     """One canary was not acknowledged, and why."""
 

@@ -63,6 +63,11 @@ Anomalies -- reported beside the fates, never instead of a first fate
     A verified canary read where it was not written: another partition than its own,
     or a stream the stage does not track. Decided by the stages (only they know where
     a record was read); the judge never sees it.
+``aborted_read``
+    A verified canary marked aborted (written in a transaction its producer aborted on
+    purpose) read at a stage that reads committed records only (the transactional
+    stage): the broker exposed what a read_committed consumer must never see. Decided
+    by the stages; stages reading uncommitted records skip such canaries unjudged.
 ``future_dated``
     The canary's produce time is more than ``clock_tolerance_ns`` after the time it
     arrived: the producer's clock is ahead of this stage's. It gets its fate at
@@ -180,6 +185,9 @@ class AnomalyKind(StrEnum):
     FOREIGN = "foreign"
     SEQUENCE_JUMP = "sequence_jump"
     MISROUTED = "misrouted"
+    # A canary written in a transaction its producer aborted, read by a stage that reads
+    # committed records only: Kafka exposed an aborted record. Decided by the stages.
+    ABORTED_READ = "aborted_read"
     # Produced, by its own signed stamp, later than this stage's clock says it arrived
     # (beyond JudgePolicy.clock_tolerance_ns): the producer's clock runs ahead of the
     # stage's. Its latency reads as 0 and every latency and staleness of the stage is

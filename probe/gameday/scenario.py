@@ -297,6 +297,14 @@ class ShareMemberStall(_Section):
     kind: Literal["share-member-stall"]
 
 
+class TransactionLeftOpen(_Section):
+    """A transaction on the canary topic, with a record on every partition, neither
+    committed nor aborted until healed: the last stable offsets are pinned there. The
+    probe must run the transactional stage."""
+
+    kind: Literal["transaction-left-open"]
+
+
 # --- Faults of the Apache Kafka cluster (``broker: apache-kafka``): node ids 1 to 3 ----
 
 BrokerId = Annotated[int, Field(ge=1, le=3)]
@@ -313,7 +321,7 @@ class KafkaBrokerStop(_Section):
     # Instead of ``broker``: the broker coordinating that group stage's consumer group,
     # asked of the cluster when the fault is injected (which broker it is depends on
     # the group id and on where __consumer_offsets' leaders are).
-    coordinator_of: Literal["group", "group_consumer"] | None = None
+    coordinator_of: Literal["group", "group_consumer", "transactional"] | None = None
 
 
 class KafkaRollingRestart(_Section):
@@ -408,6 +416,7 @@ Fault = Annotated[
     | CoordinatorRequests
     | GroupMemberFlapping
     | ShareMemberStall
+    | TransactionLeftOpen
     | KafkaBrokerStop
     | KafkaRollingRestart
     | KafkaBrokersDown
@@ -601,6 +610,8 @@ FAULT_BROKERS: dict[str, str] = {
     "kafka-reassignment": "apache-kafka",
     # Share groups (KIP-932): the embedded broker has none.
     "share-member-stall": "apache-kafka",
+    # Read with Apache Kafka's transactions; the embedded broker's are not probed.
+    "transaction-left-open": "apache-kafka",
 }
 _BROKER_NAMES = {"embedded": "embedded broker", "apache-kafka": "Apache Kafka cluster"}
 _RESTARTS_PROBE = {"probe-restart", "producer-clock-skew"}
@@ -634,6 +645,13 @@ def load_scenario(path: Path) -> Scenario:
         raise ConfigError("probe.stages", f"fault kind {scenario.fault.kind} needs the group stage")
     if scenario.fault.kind == "share-member-stall" and StageName.SHARE not in config.stages:
         raise ConfigError("probe.stages", "fault kind share-member-stall needs the share stage")
+    if (
+        scenario.fault.kind == "transaction-left-open"
+        and StageName.TRANSACTIONAL not in config.stages
+    ):
+        raise ConfigError(
+            "probe.stages", "fault kind transaction-left-open needs the transactional stage"
+        )
     coordinator_of = getattr(scenario.fault, "coordinator_of", None)
     if coordinator_of is not None and StageName(coordinator_of) not in config.stages:
         needs = f"fault.coordinator_of: {coordinator_of} needs the {coordinator_of} stage"

@@ -44,7 +44,7 @@ from prometheus_client import (
 from probe import tracing
 from probe.config import ProbeConfig, StageName
 from probe.config.names import GROUP_STAGES
-from probe.core.errors import ConnectFailure, ProduceFailure, RejectReason
+from probe.core.errors import ConnectFailure, ProduceFailure, RejectReason, TransactionOutcome
 from probe.core.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome
 from probe.core.replicas import TopicReplicas, replica_health
 from probe.metrics.group import GroupMetrics
@@ -61,6 +61,7 @@ from probe.metrics.staleness import (
     StalenessSource,
     stale_after,
 )
+from probe.metrics.transactions import TransactionMetrics
 
 # What other modules import from probe.metrics: the registry, and each component's
 # names they use (their home is the component's module).
@@ -131,6 +132,7 @@ class ProbeMetrics:
         buckets = latency_buckets(*latency_thresholds)
         # Registered always, labelled only for a target with the group stage.
         self.group = GroupMetrics(registry, commit_buckets=latency_buckets(group_commit_threshold))
+        self.transactions = TransactionMetrics(registry)
         self._stale_after_s = dict(stale_after_s or {})
         self._fate_children: dict[tuple[object, ...], Counter | Histogram] = {}
         self.canaries = Counter(
@@ -201,6 +203,14 @@ class ProbeMetrics:
             "synthetic_sla_misrouted",
             "Verified canaries read where they were not written (another partition, "
             "or one the probe does not write to).",
+            ["target", "stage"],
+            registry=registry,
+        )
+        self.aborted_reads = Counter(
+            "synthetic_sla_aborted_reads",
+            "Canaries written in a transaction that was aborted, read by a stage that "
+            "reads committed records only (the transactional stage): records a "
+            "read_committed consumer must never see.",
             ["target", "stage"],
             registry=registry,
         )
@@ -397,6 +407,8 @@ class ProbeMetrics:
         self._stages_of.setdefault(target, []).append(stage)
         if stage in GROUP_STAGES:
             self.group.declare(target, stage)
+        if stage == StageName.TRANSACTIONAL:
+            self.transactions.declare(target)
         threshold_s = self._stale_after_s.get(stage, stale_after(20.0, 5.0))
         self.staleness.add(StageSource(target, stage, judge, int(threshold_s * 1e9)))
 
@@ -475,6 +487,15 @@ class ProbeMetrics:
         """``broker``: its id where known, else its address ("" when neither is)."""
         self.connect_errors.labels(target, reason.value, broker).inc()
 
+    def transaction_ended(self, target: str, outcome: TransactionOutcome) -> None:
+        self.transactions.ended(target, outcome)
+
+    def aborted_written(self, target: str) -> None:
+        self.transactions.aborted_written.labels(target).inc()
+
+    def unstable_records(self, target: str, gaps: Mapping[int, int]) -> None:
+        self.transactions.unstable_records(target, gaps)
+
     def target_replicas(self, target: str, topic: TopicReplicas) -> None:
         """The topic's replica state after a metadata refresh. Every broker listed, or
         holding a replica, gets its per-broker series at zero the first time it is seen
@@ -518,6 +539,7 @@ class ProbeMetrics:
             AnomalyKind.SEQUENCE_JUMP: self.sequence_jumps,
             AnomalyKind.MISROUTED: self.misrouted,
             AnomalyKind.FUTURE_DATED: self.future_dated,
+            AnomalyKind.ABORTED_READ: self.aborted_reads,
         }[kind]
 
 

@@ -105,6 +105,7 @@ class StageTally:
             "sequence_jump": self.anomalies[AnomalyKind.SEQUENCE_JUMP],
             "misrouted": self.anomalies[AnomalyKind.MISROUTED],
             "future_dated": self.anomalies[AnomalyKind.FUTURE_DATED],
+            "aborted_read": self.anomalies[AnomalyKind.ABORTED_READ],
             "failing_partitions": [
                 p.as_dict() for p in self.worst_partitions()[:FAILING_PARTITIONS_LISTED]
             ],
@@ -259,9 +260,11 @@ _UNLISTED = (
     AnomalyKind.SEQUENCE_JUMP,
     AnomalyKind.MISROUTED,
     AnomalyKind.FUTURE_DATED,
+    AnomalyKind.ABORTED_READ,
 )
 _MEANING = {
     AnomalyKind.FUTURE_DATED: " (produced after they arrived: the producer's clock is ahead)",
+    AnomalyKind.ABORTED_READ: " (written in transactions that were aborted, read committed)",
 }
 
 

@@ -52,7 +52,8 @@ class Verdicts:
     ``canary`` marks the verified canaries; their fields are in the columns named
     after them (null elsewhere). For the other records ``reason`` says why they are
     not (a :class:`probe.core.errors.RejectReason` value), or ``foreign`` is set (a record
-    of another probe, or of another incarnation of this one, with a key not held), and
+    of another probe, or of another incarnation of this one, with a key not held; or an
+    aborted canary, which the sink reads as it reads uncommitted records), and
     ``claimed_probe_id`` holds the probe id a rejected record claims (unauthenticated).
     """
 
@@ -89,9 +90,12 @@ def verify(values: pa.Array, keyring: KeyRing, probe_id: str, *, max_size: int) 
         for index, payload in zip(slow.tolist(), payloads, strict=True):
             verdict = classify(payload or b"", keyring, probe_id, max_size=max_size)
             _slow_row(verdict, slow_fields)
-            if isinstance(verdict, Canary):
+            aborted = isinstance(verdict, Canary) and verdict.aborted
+            if isinstance(verdict, Canary) and not aborted:
                 canary[index] = True
-            elif verdict is None:
+            elif verdict is None or aborted:
+                # An aborted canary (the transactional stage's aborted rounds: the
+                # sink reads uncommitted records) is no canary to judge: as foreign.
                 foreign[index] = True
     mask = pa.array(~ok)
 

@@ -111,10 +111,18 @@ class CanaryProducer:
         send_timeout: float = 10.0,
         clock_ns: Callable[[], int] = time.time_ns,
         leader_of: Callable[[int], int | None] = lambda partition: None,
+        abort_every: int = 0,
     ) -> None:
         """``leader_of``: the broker leading a partition now, per the last metadata
         refresh (None where unknown or there is none): a canary's fate is counted
-        against the broker that led its partition when it was produced."""
+        against the broker that led its partition when it was produced.
+
+        ``abort_every``: every this many rounds one is written in transactions that
+        are aborted (the transport writes in transactions: the transactional stage's
+        writes); its canaries are marked aborted, no stage expects them, and they take
+        no seq (see Canary). 0: never."""
+        self._abort_every = abort_every
+        self._rounds = 0
         self._leader_of = leader_of
         self._own = own
         self._target = target
@@ -150,12 +158,15 @@ class CanaryProducer:
         """
         if self._metrics is not None:
             self._metrics.round_started(self._target)
+        every = self._abort_every
+        aborting = bool(every) and self._rounds % every == every - 1
+        self._rounds += 1
         loop = asyncio.get_running_loop()
         if deadline is None:
             deadline = loop.time() + self._send_timeout
         spacing = round_spacing(self._spacing, len(partitions), spread_within)
         if self._max_in_flight is None and not spacing:
-            await asyncio.gather(*(self._produce(p, deadline) for p in partitions))
+            await asyncio.gather(*(self._produce(p, deadline, aborting) for p in partitions))
             return
         # Canaries are stamped when they are created, so whatever queue they wait in
         # inside the probe would be measured as the pipeline's latency. A transport
@@ -177,7 +188,9 @@ class CanaryProducer:
                     next_burst = max(next_burst, loop.time()) + burst * spacing
                     held = loop.time() - paced_from
                 sends.append(
-                    asyncio.create_task(self._produce_releasing(partition, deadline + held, window))
+                    asyncio.create_task(
+                        self._produce_releasing(partition, deadline + held, window, aborting)
+                    )
                 )
         except asyncio.CancelledError:
             for send in sends:
@@ -186,14 +199,14 @@ class CanaryProducer:
         await asyncio.gather(*sends)
 
     async def _produce_releasing(
-        self, partition: int, deadline: float, window: asyncio.Semaphore
+        self, partition: int, deadline: float, window: asyncio.Semaphore, aborting: bool
     ) -> None:
         try:
-            await self._produce(partition, deadline)
+            await self._produce(partition, deadline, aborting)
         finally:
             window.release()
 
-    async def _produce(self, partition: int, deadline: float) -> None:
+    async def _produce(self, partition: int, deadline: float, aborting: bool = False) -> None:
         """One canary to one partition, after the partition's previous one settled."""
         previous = self._settled.get(partition)
         settled = asyncio.get_running_loop().create_future()
@@ -204,13 +217,14 @@ class CanaryProducer:
                     async with asyncio.timeout_at(deadline):
                         await asyncio.shield(previous)
                 except TimeoutError:
-                    self._failed(
-                        self._canary(partition, None),
-                        ProduceFailed(ProduceFailure.TIMEOUT),
-                        self._leader_of(partition),
-                    )
+                    if not aborting:
+                        self._failed(
+                            self._canary(partition, None),
+                            ProduceFailed(ProduceFailure.TIMEOUT),
+                            self._leader_of(partition),
+                        )
                     return
-            await self._send(partition, deadline)
+            await self._send(partition, deadline, aborting)
         finally:
             # Settled only once the predecessor is too: the next canary must never
             # overtake one still in flight on the same partition.
@@ -219,7 +233,7 @@ class CanaryProducer:
             else:
                 previous.add_done_callback(lambda _: _settle(settled))
 
-    def _canary(self, partition: int, trace_context: str | None) -> Canary:
+    def _canary(self, partition: int, trace_context: str | None, aborted: bool = False) -> Canary:
         return Canary(
             probe_id=self._own.probe_id,
             incarnation=self._own.incarnation,
@@ -228,9 +242,10 @@ class CanaryProducer:
             seq=self._next_seq.get(partition, 0),
             produced_ns=self._clock_ns(),
             trace_context=trace_context,
+            aborted=aborted,
         )
 
-    async def _send(self, partition: int, deadline: float) -> None:
+    async def _send(self, partition: int, deadline: float, aborting: bool = False) -> None:
         seq = self._next_seq.get(partition, 0)
         broker = self._leader_of(partition)
         transport = self._transport
@@ -245,12 +260,14 @@ class CanaryProducer:
             # The signed copy inside the canary is the one stages trust; the same
             # context also goes beside it (Kafka headers, MQTT 5 user properties) for
             # tracing clients and collectors that cannot read canaries.
-            canary = self._canary(partition, span.traceparent)
+            canary = self._canary(partition, span.traceparent, aborting)
             payload = encode(canary, self._keyring.ring, pad_to=self._pad_to)
             started = time.monotonic()
             try:
                 async with asyncio.timeout_at(deadline):
-                    offset = await transport.send(partition, payload, span.carrier)
+                    offset = await transport.send(
+                        partition, payload, span.carrier, aborting=aborting
+                    )
             except TimeoutError:
                 # A broker that kept answering "no" (not enough replicas) while the
                 # client retried says why; silence is a plain timeout.
@@ -264,6 +281,11 @@ class CanaryProducer:
                 return
             span.acked(offset)
         acked_ns = self._clock_ns()
+        if canary.aborted:
+            # Expected nowhere, and its seq is the next canary's (see Canary).
+            if self._metrics is not None:
+                self._metrics.aborted_written(self._target)
+            return
         self._next_seq[partition] = seq + 1
         if self._metrics is not None:
             self._metrics.acked(self._target, (acked_ns - canary.produced_ns) / 1e9)
@@ -271,6 +293,8 @@ class CanaryProducer:
             stage.on_acked(canary, acked_ns, broker)
 
     def _failed(self, canary: Canary, failure: ProduceFailed, broker: int | None = None) -> None:
+        if canary.aborted:
+            return  # no stage expected it; the transaction's outcome is counted
         now_ns = self._clock_ns()
         if failure.reason is ProduceFailure.NOT_AUTHORIZED and failure.detail != self.refusal:
             self.refusal = failure.detail

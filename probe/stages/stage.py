@@ -21,7 +21,7 @@ from typing import Protocol
 from probe import tracing
 from probe.config import StageName
 from probe.core.canary import Canary, classify
-from probe.core.errors import ProduceFailure, RejectReason
+from probe.core.errors import ProduceFailure, RejectReason, TransactionOutcome
 from probe.core.judge import (
     Anomaly,
     AnomalyKind,
@@ -89,6 +89,16 @@ class TargetRecorder(Protocol):
         """The canary topic's leaders, replicas and ISR after a metadata refresh."""
 
     def reconnected(self, target: str) -> None: ...
+
+    def transaction_ended(self, target: str, outcome: TransactionOutcome) -> None:
+        """How one of the transactional stage's transactions ended."""
+
+    def aborted_written(self, target: str) -> None:
+        """A canary written in an aborted round's transaction."""
+
+    def unstable_records(self, target: str, gaps: Mapping[int, int]) -> None:
+        """Each partition's last stable offset behind its high watermark, in records, as
+        the transactional stage's reader last fetched them."""
 
 
 class RejectLog:
@@ -168,6 +178,7 @@ class Stage:
         routed: bool = True,
         reject_log_period: float = 60.0,
         traces: TraceRecorder | None = None,
+        reads_committed: bool = False,
     ) -> None:
         self.name = name
         self.target = target
@@ -177,6 +188,9 @@ class Stage:
         self._recorders = recorders
         self._max_size = max_size
         self._routed = routed
+        # Reads committed records only (the transactional stage): an aborted canary read
+        # is an anomaly; any other stage skips aborted canaries (see Canary).
+        self._reads_committed = reads_committed
         self._rejects = RejectLog(f"{target} stage {name}", int(reject_log_period * 1e9))
         self._traces = traces
         # What the stage reads (set by consume()): names the topic in spans and logs.
@@ -246,6 +260,9 @@ class Stage:
             max_size=self._max_size,
         )
         if isinstance(verdict, Canary):
+            if verdict.aborted:
+                self._aborted(verdict, arrival)
+                return
             if (
                 arrival.traceparent is not None
                 and arrival.traceparent != verdict.trace_context
@@ -284,6 +301,20 @@ class Stage:
             self._rejects.rejected(arrival.partition, verdict.reason.value, arrival.at_ns, fields)
             for recorder in self._recorders:
                 recorder.count_invalid(self.target, self.name, verdict.reason)
+
+    def _aborted(self, canary: Canary, arrival: Arrival) -> None:
+        if not self._reads_committed:
+            return
+        log.error(
+            "canary of %s partition %d seq %d, written in a transaction that was aborted, "
+            "read at stage %s (offset %s), which reads committed records only",
+            self.target,
+            canary.partition,
+            canary.seq,
+            self.name,
+            arrival.offset,
+        )
+        self._record([Anomaly(StreamKey.of(canary), canary.seq, AnomalyKind.ABORTED_READ)])
 
     def _misrouted(self, canary: Canary, partition: int) -> bool:
         """Our own canary where we did not write it: a forged or replayed partition

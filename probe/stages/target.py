@@ -31,7 +31,7 @@ from tenacity import (
 )
 
 from probe.config import ProbeConfig, StageName, TargetKind
-from probe.core.errors import ConnectFailed, TransportError
+from probe.core.errors import ConnectFailed, TransactionOutcome, TransportError
 from probe.core.judge import Judge, JudgePolicy, OwnProbe
 from probe.core.keys import KeySource
 from probe.core.leadership import LeaderKeeper, LeaderPlan, plan_leaders
@@ -121,6 +121,7 @@ class TargetProbe:
                 routed=self.layout.routed(name),
                 reject_log_period=config.interval,
                 traces=metrics,
+                reads_committed=name is StageName.TRANSACTIONAL,
             )
             for name in self.layout.stages
         ]
@@ -180,7 +181,10 @@ class TargetProbe:
 
     async def _connect_once(self) -> None:
         transport = TRANSPORTS[self.kind].transport(
-            self.config, on_reconnect=self._count_reconnect, on_connect_failed=self._connect_failed
+            self.config,
+            on_reconnect=self._count_reconnect,
+            on_connect_failed=self._connect_failed,
+            on_transaction=self._transaction_ended,
         )
         try:
             await transport.start()
@@ -218,6 +222,7 @@ class TargetProbe:
             send_timeout=self.layout.send_timeout,
             clock_ns=self._clock_ns,
             leader_of=self._leader_of,
+            abort_every=self.layout.abort_every,
         )
         await self.refresh()
 
@@ -291,6 +296,10 @@ class TargetProbe:
         """A connection failed with a named cause: at start, or lost mid-run and refused."""
         if self._metrics is not None and isinstance(error, ConnectFailed):
             self._metrics.connect_failed(self.target, error.reason, error.broker)
+
+    def _transaction_ended(self, outcome: TransactionOutcome) -> None:
+        if self._metrics is not None:
+            self._metrics.transaction_ended(self.target, outcome)
 
     def _count_reconnect(self) -> None:
         if self._metrics is not None:
@@ -366,6 +375,8 @@ class TargetProbe:
             return f"{stage}: {str(exc) or 'timeout'}"
         if not found:
             return f"{stage}: {reader.describe(found)}"
+        if self._metrics is not None and (gaps := reader.unstable_records()) is not None:
+            self._metrics.unstable_records(self.target, gaps)
         problem = reader.read_problem()
         return f"{stage}: {problem}" if problem else ""
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from probe.config import ProbeConfig, StageName, TargetKind
-from probe.core.errors import ConnectFailed, ProduceFailure
+from probe.core.errors import ConnectFailed, ProduceFailure, TransactionOutcome
 from probe.core.leadership import LeaderPlan
 from probe.core.replicas import TopicReplicas
 
@@ -87,12 +87,18 @@ class Transport(Protocol):
         answer or the transport cannot tell."""
 
     async def send(
-        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
+        self,
+        partition: int,
+        payload: bytes,
+        trace_headers: Mapping[str, str] | None = None,
+        *,
+        aborting: bool = False,
     ) -> int | None:
         """Write one canary and wait for the broker's acknowledgement; its offset when
         the broker gives one. ``trace_headers`` (``traceparent``, ``tracestate``) travel
         beside the record where the protocol has room: Kafka headers, MQTT 5 user
-        properties.
+        properties. ``aborting``: in a transaction that is aborted (a transport that
+        writes in transactions; the others never get it).
 
         Raises ProduceFailed(reason) if it is not acknowledged in time.
         """
@@ -103,6 +109,11 @@ class Transport(Protocol):
     def read_problem(self) -> str | None:
         """Why the reader cannot read right now, or None: a fetch that keeps failing
         (records it cannot decode, say), which a covered reader does not show."""
+
+    def unstable_records(self) -> Mapping[int, int] | None:
+        """How many records each partition's last stable offset trails its high
+        watermark (records of transactions still open), as the reader last fetched
+        them; None for a reader that does not read committed records only."""
 
     def replicas(self) -> TopicReplicas | None:
         """Leaders, replicas and in-sync replicas of the partitions as the last
@@ -134,6 +145,9 @@ class TargetLayout:
     # Those of them that read the target's own topic, where a canary's partition is
     # the one it names.
     same_topic: frozenset[StageName] = frozenset()
+    # Every this many rounds one is written in transactions and aborted (the
+    # transactional stage's writes; see probe.stages.producer); 0: never.
+    abort_every: int = 0
 
     def routed(self, stage: StageName) -> bool:
         """Whether the stage reads a canary from the partition the canary names: a
@@ -152,11 +166,13 @@ class TargetKindSpec(Protocol):
         *,
         on_reconnect: Callable[[], None],
         on_connect_failed: Callable[[ConnectFailed], None],
+        on_transaction: Callable[[TransactionOutcome], None] = lambda _: None,
     ) -> Transport:
         """The transport of one target; ``on_reconnect`` is called after each reconnection
         the transport makes by itself (for ``synthetic_sla_reconnects_total``),
         ``on_connect_failed`` with each cause it finds of a connection lost mid-run and
-        refused (for ``synthetic_sla_connect_errors_total``)."""
+        refused (for ``synthetic_sla_connect_errors_total``), ``on_transaction`` with
+        how each of its transactions ended, where it writes in transactions."""
 
 
 # The client libraries are imported when a target of their kind is built, not when
@@ -177,6 +193,11 @@ class _Kafka:
         if StageName.SHARE in config.stages:
             stages += (StageName.SHARE,)
             readers[StageName.SHARE] = lambda recorder: self.share_reader(config, recorder)
+        abort_every = 0
+        if StageName.TRANSACTIONAL in config.stages:
+            stages += (StageName.TRANSACTIONAL,)
+            readers[StageName.TRANSACTIONAL] = lambda _: self.committed_reader(config)
+            abort_every = config.transactions.abort_every
         rate = config.kafka.max_send_rate
         spacing = 1.0 / rate if rate else 0.0
         return TargetLayout(
@@ -186,6 +207,7 @@ class _Kafka:
             spacing,
             readers,
             same_topic=frozenset(readers),
+            abort_every=abort_every,
         )
 
     def transport(
@@ -194,17 +216,32 @@ class _Kafka:
         *,
         on_reconnect: Callable[[], None],
         on_connect_failed: Callable[[ConnectFailed], None],
+        on_transaction: Callable[[TransactionOutcome], None] = lambda _: None,
     ) -> Transport:
         # aiokafka reconnects inside its clients and does not tell: no reconnection to
         # count; a connection it cannot get back is diagnosed about once a round.
         from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
 
+        # With the transactional stage on, every canary is written in transactions.
+        transactional = StageName.TRANSACTIONAL in config.stages
+        transactions = config.transactions
         return KafkaTransport(
             config.kafka,
             hold=config.judge.loss_timeout,
             diagnose_every=config.interval,
             on_connect_failed=on_connect_failed,
+            transactional_id=(
+                transactions.transactional_id(config.probe_id) if transactional else None
+            ),
+            transaction_timeout=transactions.timeout,
+            on_transaction=on_transaction,
         )
+
+    def committed_reader(self, config: ProbeConfig) -> Transport:
+        """The transactional stage's reader: the canary topic, committed records only."""
+        from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
+
+        return KafkaTransport(config.kafka, writes=False, read_committed=True)
 
     def reader(self, config: ProbeConfig) -> Transport:
         """A transport that only reads a topic someone else fills (the bridge's)."""
@@ -271,6 +308,7 @@ class _Mqtt:
         *,
         on_reconnect: Callable[[], None],
         on_connect_failed: Callable[[ConnectFailed], None],
+        on_transaction: Callable[[TransactionOutcome], None] = lambda _: None,
     ) -> Transport:
         # The MQTT transport names a failed reconnection itself, and reads its password
         # and TLS files at every connection attempt.

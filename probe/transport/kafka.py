@@ -55,7 +55,13 @@ from aiokafka.errors import (
 )
 
 from probe.config import KafkaConfig
-from probe.core.errors import ConnectFailed, ProduceFailed, ProduceFailure, TransportError
+from probe.core.errors import (
+    ConnectFailed,
+    ProduceFailed,
+    ProduceFailure,
+    TransactionOutcome,
+    TransportError,
+)
 from probe.core.fetch_wait import FetchWait
 from probe.core.leadership import LeaderPlan
 from probe.core.partition_summary import partitions_summary, ranges_summary
@@ -82,6 +88,7 @@ from probe.transport.kafka_connect_errors import (
 from probe.transport.kafka_denials import denial
 from probe.transport.kafka_lanes import LANES_AT_MOST, Lane, lane_target
 from probe.transport.kafka_leaders import carry_out
+from probe.transport.kafka_transactions import Transactions, transactional_options
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +177,13 @@ class KafkaTransport:
     someone else fills (the bridge stage's) reads every partition all the time, as
     does one of a topic of at most ``follow_above`` partitions.
 
+    ``transactional_id``: the producer writes in transactions (kafka_transactions;
+    ``send(aborting=True)`` in one that is aborted), each aborted by the broker if
+    left open ``transaction_timeout`` seconds; ``on_transaction`` hears how each
+    ended. ``read_committed``: the reader reads committed records only (the
+    transactional stage's), and says how far each partition's last stable offset
+    trails its high watermark (:meth:`unstable_records`).
+
     Connections lost mid-run and refused are diagnosed about once every
     ``diagnose_every`` seconds and each cause found goes to ``on_connect_failed``
     (kafka_connect_errors.ConnectionWatch); rotated credential files reach the
@@ -191,6 +205,10 @@ class KafkaTransport:
         follow_above: int | None = None,
         diagnose_every: float = DIAGNOSE_EVERY,
         on_connect_failed: Callable[[ConnectFailed], None] = lambda _: None,
+        transactional_id: str | None = None,
+        transaction_timeout: float = 60.0,
+        on_transaction: Callable[[TransactionOutcome], None] = lambda _: None,
+        read_committed: bool = False,
     ) -> None:
         if not config.bootstrap_servers:
             raise TransportError("kafka.bootstrap_servers is not set")
@@ -204,7 +222,23 @@ class KafkaTransport:
         self._watch = ConnectionWatch(
             config, lambda: self._options, every=diagnose_every, on_failed=on_connect_failed
         )
-        self._producer = self._new_producer(options, idempotent=config.idempotence)
+        # A transactional producer (the transactional stage's writes) groups its sends
+        # into transactions (kafka_transactions); a read_committed reader (that stage's)
+        # reads only what they committed.
+        self._producer_options: dict[str, Any] = {}
+        self._transactions: Transactions | None = None
+        if transactional_id is not None:
+            self._producer_options = transactional_options(transactional_id, transaction_timeout)
+            self._transactions = Transactions(
+                lambda: self._producer,
+                end_within=config.send_timeout,
+                renew=self._renew_after_transaction,
+                on_ended=on_transaction,
+            )
+        self._read_committed = read_committed
+        self._producer = self._new_producer(
+            {**options, **self._producer_options}, idempotent=config.idempotence
+        )
         # The first lane's consumer, which also looks offsets up for the others.
         self._consumer = self._new_consumer()
         self._refusals = kafka_refusals.install(produce_failure_reason)
@@ -254,6 +288,7 @@ class KafkaTransport:
             **self._options,
             group_id=None,
             enable_auto_commit=False,
+            isolation_level="read_committed" if self._read_committed else "read_uncommitted",
             fetch_max_wait_ms=fetch_max_wait_ms(self._fetch_wait.seconds),
             # A position that falls off the log is moved by the transport itself
             # (_out_of_range): the consumer raises OFFSET_OUT_OF_RANGE instead.
@@ -264,6 +299,8 @@ class KafkaTransport:
 
     @staticmethod
     def _new_producer(options: Mapping[str, Any], *, idempotent: bool) -> AIOKafkaProducer:
+        # A transactional producer (transactional_id in the options) is idempotent.
+        idempotent = idempotent or "transactional_id" in options
         producer = AIOKafkaProducer(
             **options, acks="all", enable_idempotence=idempotent, linger_ms=0
         )
@@ -305,8 +342,15 @@ class KafkaTransport:
         with contextlib.suppress(KafkaError, TimeoutError):
             async with asyncio.timeout(1.0):
                 await old.stop()
-        self._producer = self._new_producer(self._options, idempotent=self._config.idempotence)
+        self._producer = self._new_producer(
+            {**self._options, **self._producer_options}, idempotent=self._config.idempotence
+        )
         await self._start_producer()
+
+    def _renew_after_transaction(self) -> None:
+        """A producer that could neither commit nor abort a transaction is replaced at
+        the next round (its successor, with the same transactional id, fences it)."""
+        self._renew_producer = True
 
     async def partitions(self) -> list[int]:
         self._renew_credentials()
@@ -782,7 +826,12 @@ class KafkaTransport:
         return self._topic
 
     async def send(
-        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
+        self,
+        partition: int,
+        payload: bytes,
+        trace_headers: Mapping[str, str] | None = None,
+        *,
+        aborting: bool = False,
     ) -> int | None:
         self._sent = True
         self._written.set()  # idle lanes look for it (see _read_lane)
@@ -794,8 +843,12 @@ class KafkaTransport:
         # and cancels it then; a second timer per canary was a twentieth of the CPU at
         # 10,000 partitions. Queuing waits at most send_timeout for room (_enqueue).
         try:
-            delivery = await self._enqueue(partition, payload, headers)
-            metadata = await delivery
+            if self._transactions is None:
+                metadata = await self._delivered(partition, payload, headers)
+            else:
+                metadata = await self._transactions.within(
+                    aborting, lambda: self._delivered(partition, payload, headers)
+                )
         except (KafkaError, TimeoutError) as exc:
             # Not acknowledged: nothing to wait for (should the client write it after
             # all, the next round's canary brings the reader back to this partition).
@@ -855,6 +908,13 @@ class KafkaTransport:
         for consumer in consumers.values():
             set_fetch_max_wait(consumer, seconds)
 
+    async def _delivered(
+        self, partition: int, payload: bytes, headers: list[tuple[str, bytes]]
+    ) -> Any:
+        """Queue one record and wait for its acknowledgement (its RecordMetadata)."""
+        delivery = await self._enqueue(partition, payload, headers)
+        return await delivery
+
     async def _enqueue(
         self, partition: int, payload: bytes, headers: list[tuple[str, bytes]]
     ) -> asyncio.Future[Any]:
@@ -865,10 +925,11 @@ class KafkaTransport:
         that was 0.74 ms of CPU per canary, against 0.15 ms for queuing the record
         directly in the producer's accumulator, which is what ``send`` ends with. The
         partition is checked here against the metadata of the last refresh instead.
-        A producer without that accumulator (another aiokafka) takes the slow path.
+        A producer without that accumulator (another aiokafka) takes the slow path, as
+        does a transactional one: ``send`` adds the partition to the transaction.
         """
         accumulator = getattr(self._producer, "_message_accumulator", None)
-        if accumulator is None or partition not in self._known:
+        if accumulator is None or partition not in self._known or self._transactions:
             return await self._producer.send(  # type: ignore[no-any-return]
                 self._topic, payload, partition=partition, headers=headers or None
             )
@@ -1072,6 +1133,20 @@ class KafkaTransport:
         if not awaited.payloads:
             del self._awaited[partition]
 
+    def unstable_records(self) -> Mapping[int, int] | None:
+        """For a read_committed reader, from what each lane's consumer last fetched:
+        partitions whose last stable offset is not yet known are left out."""
+        if not self._read_committed:
+            return None
+        gaps: dict[int, int] = {}
+        for lane in self._lanes.values():
+            consumer = lane.consumer
+            for tp in consumer.assignment():
+                high, stable = consumer.highwater(tp), consumer.last_stable_offset(tp)
+                if isinstance(high, int) and isinstance(stable, int) and 0 <= stable <= high:
+                    gaps[tp.partition] = high - stable
+        return gaps
+
     def read_problem(self) -> str | None:
         """Why records cannot be read right now (the last fetch failed, a broker
         refuses the clients' connections), or None."""
@@ -1114,6 +1189,10 @@ class KafkaTransport:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._transactions is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._transactions.close()
         consumers = {id(lane.consumer): lane.consumer for lane in self._lanes.values()}
         consumers[id(self._consumer)] = self._consumer
         await asyncio.gather(

@@ -538,11 +538,23 @@ def cluster_topics(bootstrap_servers: str) -> list[dict[str, Any]]:
 
 
 def group_coordinator(bootstrap_servers: str, group_id: str, **security: str) -> int | None:
-    """The broker coordinating consumer group ``group_id`` (FindCoordinator: the same
-    for either group protocol); None when no broker answered."""
+    """The broker coordinating group ``group_id`` (FindCoordinator: the same for either
+    consumer group protocol, and for share groups); None when no broker answered."""
 
     async def ask(admin: AIOKafkaAdminClient) -> int:
         return int(await admin.find_coordinator(group_id))
+
+    return asyncio.run(_metadata(bootstrap_servers, security, ask))
+
+
+def transaction_coordinator(
+    bootstrap_servers: str, transactional_id: str, **security: str
+) -> int | None:
+    """The broker coordinating the transactions of ``transactional_id`` (FindCoordinator
+    with the transaction key type); None when no broker answered."""
+
+    async def ask(admin: AIOKafkaAdminClient) -> int:
+        return int(await admin.find_coordinator(transactional_id, coordinator_type=1))
 
     return asyncio.run(_metadata(bootstrap_servers, security, ask))
 

@@ -214,9 +214,17 @@ class ReadsOnly:
         return None
 
     async def send(
-        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
+        self,
+        partition: int,
+        payload: bytes,
+        trace_headers: Mapping[str, str] | None = None,
+        *,
+        aborting: bool = False,
     ) -> int | None:
         raise TransportError(f"the {self.stage_name} stage's reader never writes")
+
+    def unstable_records(self) -> Mapping[int, int] | None:
+        return None  # it reads uncommitted records
 
     def replicas(self) -> TopicReplicas | None:
         return None

@@ -73,3 +73,55 @@ async def _read(bootstrap_servers: str, tp: TopicPartition, start: int, end: int
         return values
     finally:
         await consumer.stop()
+
+
+class OpenTransaction:
+    """Records written in a transaction of a producer of its own, left open until
+    :meth:`abort`: every read_committed consumer of their partitions stops at them (the
+    last stable offset is pinned) until then, or until the broker aborts it after
+    ``timeout`` seconds (at most the brokers' transaction.max.timeout.ms, 15 min by
+    default)::
+
+        held = OpenTransaction("127.0.0.1:9092", "canaries", "gameday-open")
+        held.open([(0, b"...")])   # written, not committed
+        held.abort()
+    """
+
+    def __init__(
+        self, bootstrap_servers: str, topic: str, transactional_id: str, timeout: float = 900.0
+    ) -> None:
+        from confluent_kafka import Producer  # noqa: PLC0415
+
+        self._topic = topic
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "transactional.id": transactional_id,
+                "transaction.timeout.ms": round(timeout * 1000),
+            }
+        )
+
+    def open(self, records: list[tuple[int, bytes]]) -> None:
+        """Begin the transaction and write the records in it; returns once the broker
+        acknowledged them. Raises TransportError if it cannot."""
+        from confluent_kafka import KafkaException  # noqa: PLC0415
+
+        try:
+            self._producer.init_transactions(_TIMEOUT)
+            self._producer.begin_transaction()
+            for partition, value in records:
+                self._producer.produce(self._topic, value, partition=partition)
+            if self._producer.flush(_TIMEOUT):
+                raise TransportError(f"records not acknowledged within {_TIMEOUT:g}s")
+        except KafkaException as exc:
+            raise TransportError(f"transaction not opened: {exc}") from exc
+
+    def abort(self) -> None:
+        """Abort the transaction: its records are never read by a read_committed
+        consumer, which reads on past them."""
+        from confluent_kafka import KafkaException  # noqa: PLC0415
+
+        try:
+            self._producer.abort_transaction(_TIMEOUT)
+        except KafkaException as exc:
+            raise TransportError(f"transaction not aborted: {exc}") from exc

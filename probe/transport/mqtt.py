@@ -166,7 +166,12 @@ class MqttTransport:
         return self.topic(partition)
 
     async def send(
-        self, partition: int, payload: bytes, trace_headers: Mapping[str, str] | None = None
+        self,
+        partition: int,
+        payload: bytes,
+        trace_headers: Mapping[str, str] | None = None,
+        *,
+        aborting: bool = False,  # never: MQTT has no transactions
     ) -> int | None:
         client = self._publisher
         if client is None:
@@ -207,6 +212,9 @@ class MqttTransport:
 
     async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
         return ["MQTT has no partition leaders"]
+
+    def unstable_records(self) -> Mapping[int, int] | None:
+        return None  # no transactions
 
     def read_problem(self) -> str | None:
         # A lost subscription is what stops reading here, and cover() reports it.

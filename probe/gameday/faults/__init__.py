@@ -37,6 +37,7 @@ from probe.gameday.faults.replayed import ReplayedCanariesFault
 from probe.gameday.faults.share_member import ShareMemberStallFault
 from probe.gameday.faults.silent_partition import SilentPartitionFault
 from probe.gameday.faults.sink_stall import SinkStallFault
+from probe.gameday.faults.transaction import TransactionLeftOpenFault
 
 FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "broker-stop": BrokerStopFault,
@@ -52,6 +53,7 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "coordinator-requests": CoordinatorRequestsFault,
     "group-member-flapping": GroupMemberFlappingFault,
     "share-member-stall": ShareMemberStallFault,
+    "transaction-left-open": TransactionLeftOpenFault,
     "kafka-broker-stop": KafkaBrokerStopFault,
     "kafka-rolling-restart": KafkaRollingRestartFault,
     "kafka-brokers-down": KafkaBrokersDownFault,

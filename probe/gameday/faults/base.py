@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from probe.config import GroupConfig
+from probe.config import GroupConfig, TransactionsConfig
 from probe.core.errors import ProbeError
 
 if TYPE_CHECKING:
@@ -77,6 +77,10 @@ class LocalTargets:
         if stage == "share":
             return group.share_group_id(self.probe_id)
         return group.group_id(self.probe_id)
+
+    def probe_transactional_id(self) -> str:
+        """The transactional id the probe's transactional stage writes with."""
+        return TransactionsConfig().transactional_id(self.probe_id)
 
     @property
     def proxies(self) -> list[TcpProxy]:

@@ -35,6 +35,7 @@ from probe.transport.kafka_admin import (
     Config,
     cluster_topics,
     group_coordinator,
+    transaction_coordinator,
 )
 
 if TYPE_CHECKING:
@@ -254,18 +255,27 @@ class KafkaBrokerStopFault:
         self.how = spec.how
         self.log = _StepLog(self.cluster)
         self.bootstrap_servers = targets.bootstrap_servers
-        # The group whose coordinator is the broker to stop, if the spec says so.
+        # The group (or the transactional id) whose coordinator is the broker to stop,
+        # if the spec says so.
+        self.coordinated = spec.coordinator_of
         self.group = (
-            None if spec.coordinator_of is None else (targets.probe_group_id(spec.coordinator_of))
+            None
+            if spec.coordinator_of is None
+            else targets.probe_transactional_id()
+            if spec.coordinator_of == "transactional"
+            else targets.probe_group_id(spec.coordinator_of)
         )
 
     def inject(self) -> None:
         if self.group is not None:
-            coordinator = group_coordinator(self.bootstrap_servers, self.group)
+            transactional = self.coordinated == "transactional"
+            ask = transaction_coordinator if transactional else group_coordinator
+            what = f"{'transactional id' if transactional else 'group'} {self.group}"
+            coordinator = ask(self.bootstrap_servers, self.group)
             if coordinator is None:
-                raise ClusterFaultError(f"group {self.group}: no broker named its coordinator")
+                raise ClusterFaultError(f"{what}: no broker named its coordinator")
             self.broker = coordinator
-            self.log.note(f"group {self.group} is coordinated by broker {coordinator}")
+            self.log.note(f"{what} is coordinated by broker {coordinator}")
         node = self.cluster.node(self.broker)
         stop = node.stop if self.how == "controlled" else node.kill
         self.log(f"broker {self.broker}: {self.how} stop", stop)
