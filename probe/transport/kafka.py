@@ -315,11 +315,28 @@ class KafkaTransport:
                 await self._producer.start()
         except TimeoutError:
             await self._producer.stop()
+            if self._transactions is not None:
+                answer = f"no answer within {self._config.send_timeout:g}s"
+                raise TransportError(self._no_transactions(answer)) from None
             raise TransportError(
                 f"{self._config.bootstrap_servers}: no producer id granted within "
                 f"{self._config.send_timeout:g}s (an idempotent producer waits for the "
                 "controller quorum; kafka.idempotence: false produces without one)"
             ) from None
+        except KafkaError as exc:
+            if self._transactions is None:
+                raise
+            await self._producer.stop()
+            raise TransportError(self._no_transactions(str(exc))) from exc
+
+    def _no_transactions(self, answer: str) -> str:
+        transactional_id = self._producer_options.get("transactional_id")
+        return (
+            f"{self._config.bootstrap_servers}: no producer id granted for transactional id "
+            f"{transactional_id} ({answer}): the transactional stage needs brokers with "
+            "transactions (Apache Kafka; the embedded broker has none) and, where ACLs are "
+            "on, Write on the transactional id; drop transactional from stages otherwise"
+        )
 
     async def start(self) -> None:
         async def clients() -> None:

@@ -271,7 +271,7 @@ def test_spliced_records_raise_only_canary_rejected(canary: Canary, data: st.Dat
             assemble(kid=b"k\xe9"), RING, RejectReason.MALFORMED, "probe-a", id="non-ascii kid"
         ),
         pytest.param(
-            assemble(flags=2), RING, RejectReason.MALFORMED, "probe-a", id="unknown flag bit"
+            assemble(flags=4), RING, RejectReason.MALFORMED, "probe-a", id="unknown flag bit"
         ),
         pytest.param(
             assemble(flags=1, trace_context=b"x" * 200)[:-200],
