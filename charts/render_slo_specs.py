@@ -38,7 +38,16 @@ SLOTH_SPEC = CHARTS / "sloth" / "synthetic-sla-probe.sloth.yml"
 PYRRA_DIR = CHARTS / "pyrra"
 SLOTH_TEMPLATE = "synthetic-sla-probe/templates/sloth-prometheusservicelevel.yaml"
 PYRRA_TEMPLATE = "synthetic-sla-probe/templates/pyrra-servicelevelobjectives.yaml"
-EVERY_STAGE = ["consumer", "group", "group_consumer", "share", "sink", "mqtt", "bridge"]
+EVERY_STAGE = [
+    "consumer",
+    "group",
+    "group_consumer",
+    "share",
+    "transactional",
+    "sink",
+    "mqtt",
+    "bridge",
+]
 # The release the files are rendered as: its full name is the chart's, synthetic-sla-probe.
 RELEASE = "synthetic-sla-probe"
 

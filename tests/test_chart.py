@@ -610,6 +610,11 @@ def test_the_group_stage_runs_with_the_rules_commit_slo(tmp_path: Path) -> None:
         ({"replicaCount": 2, "config": {"group": {"id": "sla-probe"}}}, "replicaCount above 1"),
         ({"config": {"group": {"commit_latency_threshold": 1}}}, "slo.groupCommit"),
         ({"config": {"group": {"commit_latency_objective": 0.9}}}, "slo.groupCommit"),
+        # Replicas sharing a transactional id fence each other's transactions.
+        (
+            {"replicaCount": 2, "config": {"transactions": {"id": "sla-probe"}}},
+            "transactions.id with replicaCount above 1",
+        ),
     ],
 )
 def test_the_group_settings_the_chart_owns_or_refuses(

@@ -188,8 +188,8 @@ expect:
         ),
         (
             "name: x\nbroker: apache-kafka\nfault: {kind: kafka-broker-stop, "
-            "coordinator_of: share}\n",
-            "fault.coordinator_of: Input should be 'group' or 'group_consumer'",
+            "coordinator_of: mqtt}\n",
+            "fault.coordinator_of: Input should be 'group', 'group_consumer' or 'transactional'",
         ),
         (
             "name: x\nbroker: apache-kafka\nfault: {kind: kafka-brokers-down, brokers: [2, 2]}\n",

@@ -116,7 +116,9 @@ port and the Service, and latency_threshold (sink.latency_threshold for the Spar
 must be the SLO threshold the rules read a bucket at, and slo's objectives the rules'
 (the status page's budgets); so are group.commit_latency_threshold and
 group.commit_latency_objective (slo.groupCommit). group.id "" is left out (the probe
-derives one from its probe id), and a fixed one is refused with more than one replica.
+derives one from its probe id), and a fixed one is refused with more than one replica,
+as is a fixed transactions.id (the transactional stage's producers would fence each
+other).
 `stages`, if given, comes out as
 a list without the sink: the sink runs only in its own workload (spark.enabled).
 The sink's allowed lateness is spark.allowedLatenessSeconds, which the watermark-skew
@@ -160,6 +162,9 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- $_ := set $group "commit_latency_threshold" $values.slo.groupCommit.thresholdSeconds -}}
 {{- $_ := set $group "commit_latency_objective" $values.slo.groupCommit.objective -}}
 {{- $_ := set $config "group" $group -}}
+{{- if and (dig "transactions" "id" "" $config) (gt (int $values.replicaCount) 1) -}}
+{{- fail "config.transactions.id with replicaCount above 1: each replica's producer would fence the others' and fail their transactions. Leave it unset: each probe's transactional id is then its own (derived from its probe id)" -}}
+{{- end -}}
 {{- if hasKey $config "stages" -}}
 {{- $given := $config.stages -}}
 {{- if kindIs "string" $given }}{{ $given = splitList "," $given }}{{ end -}}

@@ -480,6 +480,55 @@ which broker coordinates the group, which the alert's labels cannot carry.
       {{- end }}
       {{- end }}
       {{- end }}
+      {{- with $alerts.abortedCanaryRead }}
+      {{- if .enabled }}
+      # The transactional stage reads committed records only: a canary of an aborted
+      # round read there is a record Kafka must never have shown it.
+      - alert: SyntheticSlaAbortedCanaryRead
+        expr: sum by (target, stage) (increase(synthetic_sla_aborted_reads_total{{ $in }}[{{ .window }}])) > 0
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}/{{ $labels.stage }}: {{ $value | humanize }} canaries of aborted transactions read committed in %s" .window | quote }}
+          description: {{ printf "Stage {{ $labels.stage }} of target {{ $labels.target }} reads the canary topic read_committed, and read canaries the probe wrote in transactions it then aborted, in the last %s. Every read_committed consumer of the cluster (exactly-once pipelines: Kafka Streams, Flink's and Spark's Kafka sinks) may be reading aborted data as if committed: a correctness failure, not a delay." .window | quote }}
+          runbook_url: {{ printf "%s#syntheticslaabortedcanaryread" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.lastStableOffsetPinned }}
+      {{- if .enabled }}
+      - alert: SyntheticSlaLastStableOffsetPinned
+        expr: max by (target, partition) (synthetic_sla_partition_unstable_records{{ $in }}) > 0
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}: partition {{ $labels.partition }}'s last stable offset has trailed its high watermark for %s" .for | quote }}
+          description: {{ printf "Partition {{ $labels.partition }} of the canary topic of target {{ $labels.target }} has had records of an open transaction ({{ $value | humanize }} records between its last stable offset and its high watermark) at every look for %s: a transaction left open, by a producer that hangs or died before it ended it. Every read_committed consumer of the partition waits until it ends or the broker aborts it (transaction.timeout.ms); consumers reading uncommitted records do not." .for | quote }}
+          runbook_url: {{ printf "%s#syntheticslalaststableoffsetpinned" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.transactionsFailing }}
+      {{- if .enabled }}
+      - alert: SyntheticSlaTransactionsFailing
+        expr: sum by (target) (increase(synthetic_sla_transactions_total{ {{- $and }}outcome="failed"}[{{ .window }}])) > 0
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}: the probe's transactions have failed in every %s for %s" .window .for | quote }}
+          description: {{ printf "The transactional stage's producer of target {{ $labels.target }} could not commit (or abort) its transactions in every %s for %s: their canaries never reach a read_committed consumer. The transaction coordinator is unreachable, moving, or refuses the producer (fenced, or no Write on the transactional id). Exactly-once producers of the cluster fail the same way." .window .for | quote }}
+          runbook_url: {{ printf "%s#syntheticslatransactionsfailing" $runbook }}
+      {{- end }}
+      {{- end }}
       {{- with $alerts.targetNotReady }}
       {{- if .enabled }}
       # While the probe cannot connect it sends no canaries, so no outcome is counted and
