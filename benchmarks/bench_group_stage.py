@@ -12,7 +12,9 @@ stage), ``sla-probe run --stages consumer,group`` (the classic protocol) and, on
 Apache Kafka, ``sla-probe run --stages consumer,group_consumer`` (the consumer
 protocol, KIP-848, on librdkafka) and ``sla-probe run --stages consumer,share`` (a
 share group, KIP-932, on librdkafka's share consumer: its "commits" are its
-acknowledgements, one a canary). Printed per case:
+acknowledgements, one a canary) and ``sla-probe run --stages consumer,transactional``
+(every canary written in transactions, read read_committed; its CPU includes the
+transactional producer's). Printed per case:
 
 * CPU-seconds a round of the probe's process, and each group run's over the consumer
   run's (the group stage's cost as a ratio, measured in one sitting), with CPU ms per
@@ -285,7 +287,7 @@ def main() -> None:
             rows = {}
             runs = ["consumer", "consumer,group"]
             if cluster is not None:
-                runs += ["consumer,group_consumer", "consumer,share"]
+                runs += ["consumer,group_consumer", "consumer,share", "consumer,transactional"]
             for stages in runs:
                 log = Path(logs) / f"{stages}.log"
                 with probe(

@@ -125,3 +125,7 @@ class OpenTransaction:
             self._producer.abort_transaction(_TIMEOUT)
         except KafkaException as exc:
             raise TransportError(f"transaction not aborted: {exc}") from exc
+        finally:
+            # librdkafka's producer ends (its threads and connections) with its last
+            # reference: not left trying to reach a cluster that is stopped next.
+            del self._producer
