@@ -56,7 +56,9 @@ def test_run_exports_what_the_share_member_lives_through_as_kafka_describes_it(
         *run_args(servers, topic, key_file), "--stages", f"consumer,{STAGE}",
         "--group-id", f"{topic}-g",
     )  # fmt: skip
-    partitions = len(describe(servers, topic))
+    wait_for(lambda: probe.canaries("delivered", STAGE) >= 1, timeout=60,
+             what="a canary at the share stage")  # fmt: skip
+    partitions = len(describe(servers, topic))  # the probe created the topic by now
     wait_for(lambda: probe.canaries("delivered", STAGE) >= 3 * partitions, timeout=60,
              what="three rounds at the share stage")  # fmt: skip
 

@@ -238,6 +238,7 @@ DURATION_BOUNDS = [
     ("sink.allowed_lateness", "1s", "24h", "60s"),
     ("group.commit_latency_threshold", "1ms", "1m", "500ms"),
     ("group.fetch_max_wait", "1ms", "10s", "100ms"),
+    ("transactions.timeout", "1s", "15m", "1m"),
 ]
 
 
