@@ -615,8 +615,16 @@ FAULT_BROKERS: dict[str, str] = {
 }
 _BROKER_NAMES = {"embedded": "embedded broker", "apache-kafka": "Apache Kafka cluster"}
 _RESTARTS_PROBE = {"probe-restart", "producer-clock-skew"}
-# The fault kinds only a consumer-group member meets: the group stage must run.
-_NEEDS_GROUP_STAGE = {"coordinator-requests", "group-member-flapping"}
+# The fault kinds only one stage meets: that stage must run (a consumer-group member
+# for the coordinator's and the flapping member's, the share group's member, the
+# read_committed reader, the Spark sink).
+_NEEDS_STAGE = {
+    "coordinator-requests": StageName.GROUP,
+    "group-member-flapping": StageName.GROUP,
+    "share-member-stall": StageName.SHARE,
+    "transaction-left-open": StageName.TRANSACTIONAL,
+    "sink-stall": StageName.SINK,
+}
 
 _FAULT_KINDS = {
     get_args(model.model_fields["kind"].annotation)[0] for model in get_args(get_args(Fault)[0])
@@ -639,19 +647,10 @@ def load_scenario(path: Path) -> Scenario:
     # The probe section is the probe's own configuration: validate it with the probe's
     # model now, so a bad interval is a bad scenario (exit 2), not a failed run.
     config = scenario.probe_config()
-    if scenario.fault.kind == "sink-stall" and StageName.SINK not in config.stages:
-        raise ConfigError("probe.stages", "fault kind sink-stall needs the sink stage")
-    if scenario.fault.kind in _NEEDS_GROUP_STAGE and StageName.GROUP not in config.stages:
-        raise ConfigError("probe.stages", f"fault kind {scenario.fault.kind} needs the group stage")
-    if scenario.fault.kind == "share-member-stall" and StageName.SHARE not in config.stages:
-        raise ConfigError("probe.stages", "fault kind share-member-stall needs the share stage")
-    if (
-        scenario.fault.kind == "transaction-left-open"
-        and StageName.TRANSACTIONAL not in config.stages
-    ):
-        raise ConfigError(
-            "probe.stages", "fault kind transaction-left-open needs the transactional stage"
-        )
+    needed = _NEEDS_STAGE.get(scenario.fault.kind)
+    if needed is not None and needed not in config.stages:
+        needs = f"fault kind {scenario.fault.kind} needs the {needed} stage"
+        raise ConfigError("probe.stages", needs)
     coordinator_of = getattr(scenario.fault, "coordinator_of", None)
     if coordinator_of is not None and StageName(coordinator_of) not in config.stages:
         needs = f"fault.coordinator_of: {coordinator_of} needs the {coordinator_of} stage"

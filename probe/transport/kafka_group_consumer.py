@@ -67,7 +67,7 @@ from probe.transport.kafka_group import (
     ReadsOnly,
     Unrecorded,
 )
-from probe.transport.kafka_settings import librdkafka_security
+from probe.transport.kafka_settings import librdkafka_member
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -175,23 +175,23 @@ class KafkaConsumerProtocolReader(ReadsOnly):
         self._clock = clock
         self._credentials = CredentialFiles(config)
         self._settings: dict[str, Any] = {
-            "bootstrap.servers": config.bootstrap_servers,
-            "group.id": group_id,
+            **librdkafka_member(
+                config,
+                group_id,
+                target=target,
+                fetch_max_wait=fetch_max_wait,
+                statistics_every_ms=STATISTICS_EVERY_MS,
+            ),
             "group.protocol": "consumer",
             "enable.auto.commit": False,
             # Only partitions the assignment callback did not place (none, unless
             # librdkafka assigns without it) start here.
             "auto.offset.reset": "latest",
-            "fetch.wait.max.ms": max(1, round(fetch_max_wait * 1000)),
-            "socket.timeout.ms": max(10_000, round(config.send_timeout * 1000)),
-            "statistics.interval.ms": STATISTICS_EVERY_MS,
             # No topic made by asking about it (kafka_client's module doc).
             "allow.auto.create.topics": False,
-            "client.id": f"synthetic-sla-probe-{target}",
             "stats_cb": self._statistics,
             "on_commit": self._commit_done,
             "error_cb": self._client_error,
-            **librdkafka_security(config),
         }
         self._consumer: Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -157,6 +157,36 @@ def librdkafka_security(kafka: KafkaConfig) -> dict[str, str]:
     return options
 
 
+def librdkafka_member(
+    kafka: KafkaConfig,
+    group_id: str,
+    *,
+    target: str,
+    fetch_max_wait: float,
+    statistics_every_ms: int,
+) -> dict[str, Any]:
+    """What each librdkafka member of a group of the probe's own (the group_consumer
+    stage's, the share stage's) is built with; its kind of group, its commits and its
+    callbacks are its reader's.
+
+    >>> librdkafka_member(KafkaConfig(bootstrap_servers="b:9092"), "g", target="kafka",
+    ...                   fetch_max_wait=0.5, statistics_every_ms=2000)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'bootstrap.servers': 'b:9092', 'group.id': 'g', 'fetch.wait.max.ms': 500,
+     'socket.timeout.ms': 10000, 'statistics.interval.ms': 2000,
+     'client.id': 'synthetic-sla-probe-kafka'}
+    """
+    return {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "group.id": group_id,
+        "fetch.wait.max.ms": max(1, round(fetch_max_wait * 1000)),
+        "socket.timeout.ms": max(10_000, round(kafka.send_timeout * 1000)),
+        "statistics.interval.ms": statistics_every_ms,
+        "client.id": f"synthetic-sla-probe-{target}",
+        **librdkafka_security(kafka),
+    }
+
+
 # -- Spark's Java connector -------------------------------------------------------------
 
 # The Java client's login modules by SASL mechanism (the probe's kafka.sasl.mechanism).

@@ -70,7 +70,7 @@ from probe.transport.kafka_group import (
     Unrecorded,
 )
 from probe.transport.kafka_group_consumer import commit_failure_reason, coordinator_of
-from probe.transport.kafka_settings import librdkafka_security
+from probe.transport.kafka_settings import librdkafka_member
 
 log = logging.getLogger(__name__)
 
@@ -161,19 +161,19 @@ class KafkaShareReader(ReadsOnly):
         self._clock = clock
         self._credentials = CredentialFiles(config)
         self._settings: dict[str, Any] = {
-            "bootstrap.servers": config.bootstrap_servers,
-            "group.id": group_id,
+            **librdkafka_member(
+                config,
+                group_id,
+                target=target,
+                fetch_max_wait=fetch_max_wait,
+                statistics_every_ms=STATISTICS_EVERY_MS,
+            ),
             "share.acknowledgement.mode": "explicit",
-            "fetch.wait.max.ms": max(1, round(fetch_max_wait * 1000)),
-            "socket.timeout.ms": max(10_000, round(config.send_timeout * 1000)),
-            "statistics.interval.ms": STATISTICS_EVERY_MS,
-            "client.id": f"synthetic-sla-probe-{target}",
             "stats_cb": self._statistics,
             "error_cb": self._client_error,
             # librdkafka says once, on stderr, that its share consumer is a preview:
             # into the probe's log instead, where the rest of its lines go.
             "logger": log,
-            **librdkafka_security(config),
         }
         self._consumer: ShareConsumer | None = None
         self._admin: AIOKafkaAdminClient | None = None
