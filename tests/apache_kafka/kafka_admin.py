@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, TopicMetadata
 
 from tests.conftest import wait_for
 
@@ -27,10 +27,20 @@ def admin(bootstrap_servers: str, **security: str) -> AdminClient:
 
 
 def describe(bootstrap_servers: str, topic: str, **security: str) -> dict[int, Described]:
-    metadata = admin(bootstrap_servers, **security).list_topics(topic, timeout=10)
-    found = metadata.topics[topic]
-    if found.error is not None:
-        raise AssertionError(f"{topic}: {found.error}")
+    """The topic's partitions. A broker learns of a topic a moment after the controller
+    committed it, and the one asked is any of them: a topic it does not know yet is
+    asked again, for up to 30 s, before it is taken for missing."""
+    client = admin(bootstrap_servers, **security)
+
+    def known() -> TopicMetadata | None:
+        found = client.list_topics(topic, timeout=10).topics[topic]
+        if found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None
+        if found.error is not None:
+            raise AssertionError(f"{topic}: {found.error}")
+        return found
+
+    found = wait_for(known, timeout=30, what=f"{topic} known to the brokers", every=0.2)
     return {
         p: Described(m.leader, tuple(m.replicas), tuple(m.isrs))
         for p, m in found.partitions.items()

@@ -200,6 +200,12 @@ def proxied(tmp_path: Path) -> Iterator[tuple[KafkaCluster, dict[int, TcpProxy]]
             proxy.stop()
 
 
+def read_by_broker(probe: RunningProbe) -> dict[str, float]:
+    """Canaries read back at the consumer stage, in time or late, per broker."""
+    delivered, late = by_broker(probe, "delivered"), by_broker(probe, "late")
+    return {broker: delivered[broker] + late[broker] for broker in delivered}
+
+
 def by_broker(probe: RunningProbe, outcome: str) -> dict[str, float]:
     samples = probe.metrics()  # once: a topic of hundreds of partitions has a large page
     return {
@@ -259,21 +265,29 @@ def test_a_blackholed_broker_fails_its_own_canaries_and_no_other_brokers(
     wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
              what="canaries through every broker")  # fmt: skip
     failed_before = by_broker(probe, "produce_failed")
-    delivered_before = by_broker(probe, "delivered")
+    read_before = read_by_broker(probe)
 
     proxies[2].blackhole()
 
-    # Twenty rounds of broker 2's two partitions failed; meanwhile every round of
-    # brokers 1 and 3 is acknowledged and read.
+    # Twenty rounds of broker 2's two partitions failed, and none of brokers 1 and 3.
     wait_for(lambda: by_broker(probe, "produce_failed")["2"] >= failed_before["2"] + 40,
              timeout=90, what="twenty rounds of broker 2's canaries failed")  # fmt: skip
     failed = by_broker(probe, "produce_failed")
     assert failed["1"] == failed_before["1"], failed
     assert failed["3"] == failed_before["3"], failed
-    delivered = by_broker(probe, "delivered")
-    for broker in ("1", "3"):
-        assert delivered[broker] >= delivered_before[broker] + 2 * 15, (broker, delivered)
+
+    # Brokers 1 and 3 go on being written and read: as many rounds of theirs come back.
+    # How soon is a speed figure, not a behaviour (a loaded machine read 14 of those 20
+    # rounds by the time the 20th of broker 2's failed), so it is waited for.
+    def twenty_rounds_read() -> bool:
+        now = read_by_broker(probe)
+        return all(now[broker] >= read_before[broker] + 40 for broker in ("1", "3"))
+
+    wait_for(twenty_rounds_read, timeout=60, what="twenty rounds of brokers 1 and 3 read")
+    failed = by_broker(probe, "produce_failed")
+    assert (failed["1"], failed["3"]) == (failed_before["1"], failed_before["3"]), failed
     assert probe.canaries("lost") == 0
+    delivered = by_broker(probe, "delivered")
 
     proxies[2].restore()
     wait_for(lambda: by_broker(probe, "delivered")["2"] > delivered["2"], timeout=60,
@@ -359,9 +373,14 @@ def test_a_broker_slower_to_answer_fetches_than_the_reader_waits_is_late_not_los
     # brokers). Its canaries are read, however late, none lost; brokers 1 and 3, read
     # on lanes of their own (probe/transport/kafka_lanes.py), keep their pace.
     cluster, proxies = proxied
-    # Broker 2's canaries wait for the fetch out and one more: about 3 s, late.
+    # Broker 2's canaries wait for the fetch out and one more: about 3 s, late. The
+    # reader's own bound is longer: a lane's patience grows to 8 s when its broker's
+    # fetches are slow, then two held fetches and the round's spread, about 12 s (a
+    # loaded CI machine judged 48 of broker 2's canaries lost at a 10 s timeout). The
+    # loss timeout is well above it; the defect this test is for starved broker 2 for
+    # good, and then its canaries never come back at all.
     probe = probe_following(start_probe, cluster, topic, key_file, tmp_path,
-                            freshness="3s", loss_timeout="10s")  # fmt: skip
+                            freshness="3s", loss_timeout="30s")  # fmt: skip
 
     hold = hold_fetches(proxies[2], 1.5)
     delivered = by_broker(probe, "delivered")
