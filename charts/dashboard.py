@@ -1001,11 +1001,17 @@ def scale_row() -> list[AnyPanel]:
             "Replica health of the canary topic",
             "Canary partitions under-replicated (ISR smaller than the replicas), offline (no "
             "leader) and under min ISR (acks=all produces refused), from the metadata the probe "
-            "refreshes every round.",
+            "refreshes every round; and under min ISR counting the eligible leader replicas "
+            "(KIP-966: the acknowledged records on fewer brokers than min ISR; the same count "
+            "where the cluster keeps no ELR).",
             "short",
             query(per_target("synthetic_sla_partitions_under_replicated"), "under-replicated"),
             query(per_target("synthetic_sla_partitions_offline"), "offline"),
             query(per_target("synthetic_sla_partitions_under_min_isr"), "under min ISR"),
+            query(
+                per_target("synthetic_sla_partitions_under_min_isr_with_elr"),
+                "under min ISR with ELR",
+            ),
         )
         .id(107)
         .span(12)

@@ -368,6 +368,40 @@ def _topic(*partitions: PartitionReplicas, brokers: str, min_insync: int = 2) ->
     )
 
 
+def test_eligible_leader_replicas_count_beside_the_isr() -> None:
+    # KIP-966: brokers 2 and 3 stopped; broker 3 left the ISR of partition 0 while
+    # it was under min ISR and is eligible (it holds every committed record), so the
+    # acknowledged records of partition 0 are on two brokers, as min ISR promised;
+    # partition 1's ISR shrank before ELR was kept, and nothing makes up for it.
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    metrics.declare_target("kafka")
+    partitions = {
+        0: PartitionReplicas(0, 1, (1, 2, 3), (1,)),
+        1: PartitionReplicas(1, 1, (1, 2, 3), (1,)),
+    }
+    topic = TopicReplicas(partitions, frozenset({1}), min_insync=2, eligible={0: (3,)})
+    metrics.target_replicas("kafka", topic)
+    samples = _samples(registry)
+    assert sample(samples, "synthetic_sla_partitions_under_min_isr") == 2
+    assert sample(samples, "synthetic_sla_partitions_under_min_isr_with_elr") == 1
+    assert _by(samples, "synthetic_sla_broker_eligible_leader_replicas", "broker") == {
+        ("1",): 0,
+        ("2",): 0,
+        ("3",): 1,
+    }
+    # Back in the ISR: no longer eligible, and the series say so.
+    healed = TopicReplicas(
+        {p: PartitionReplicas(p, 1, (1, 2, 3), (1, 2, 3)) for p in (0, 1)},
+        frozenset({1, 2, 3}),
+        min_insync=2,
+    )
+    metrics.target_replicas("kafka", healed)
+    samples = _samples(registry)
+    assert sample(samples, "synthetic_sla_partitions_under_min_isr_with_elr") == 0
+    assert sample(samples, "synthetic_sla_broker_eligible_leader_replicas", broker="3") == 0
+
+
 def test_the_replica_series_follow_the_metadata_and_none_linger() -> None:
     registry = CollectorRegistry()
     metrics = ProbeMetrics(registry)

@@ -13,6 +13,16 @@ It also names the brokers behind the trouble: per broker, the partitions where i
 replica is out of sync (a stopped broker: every replica it holds), and per troubled
 partition its worst problem, its leader and the replicas missing from its ISR.
 
+On a cluster with eligible leader replicas (KIP-966, ELR: on by default from Kafka
+4.1), the high watermark stops while a partition's ISR is under min.insync.replicas,
+and the replicas that leave the ISR then are kept as *eligible*: out of sync for new
+writes, yet holding every committed record, so the controller elects one cleanly when
+the ISR is gone (the ISR may then be empty). Under min ISR still means acks=all writes
+refused; what the acknowledged records rest on is the ISR and the eligible replicas
+together, counted apart (``under_min_isr_with_elr``), and each broker's eligible
+replicas beside its out-of-sync ones. Only DescribeTopicPartitions lists them, and
+only while some partition is under min ISR or offline do they exist: ``eligible``.
+
 A partition reassignment in flight lists the replicas it adds beside the old ones,
 out of the ISR until they have copied the log: those are being copied, not lagging,
 and are left out as Kafka itself leaves them out of its under-replicated count (its
@@ -34,6 +44,17 @@ No I/O here: the transport reads the client's metadata into :class:`TopicReplica
 (1, 1, 1, (2, 3))
 >>> dict(health.out_of_sync)
 {1: 0, 2: 1, 3: 1}
+
+With eligible leader replicas, partition 0 (ISR 1 alone) is under min ISR, yet its
+committed records are on two brokers:
+
+>>> elr = TopicReplicas(
+...     {0: PartitionReplicas(0, 1, (1, 2, 3), (1,))}, frozenset({1, 3}), min_insync=2,
+...     eligible={0: (2,)},
+... )
+>>> health = replica_health(elr)
+>>> health.under_min_isr, health.under_min_isr_with_elr, dict(health.eligible)
+(1, 0, {2: 1})
 >>> [(p.partition, p.problem.value, p.leader, p.missing) for p in partition_problems(topic)]
 [(1, 'offline', None, (2, 3))]
 """
@@ -76,6 +97,9 @@ class TopicReplicas:
     addresses: Mapping[int, str] = field(default_factory=dict)
     # Per partition, the replicas a reassignment in flight is adding (absent: none).
     adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    # Per partition, its eligible leader replicas (KIP-966; absent: none, or a cluster
+    # that keeps none).
+    eligible: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def leader_of(self, partition: int) -> int | None:
         found = self.partitions.get(partition)
@@ -102,13 +126,17 @@ class ReplicaHealth:
     broker holds a replica that is not in the ISR, for every broker listed (0 for one
     whose replicas are all in sync) and every broker that holds one (a stopped broker
     is no longer listed, and every replica it holds is out of sync): the broker behind
-    "under-replicated".
+    "under-replicated". ``eligible``: canary partitions where the broker's replica is
+    an eligible leader replica, for every broker that holds one.
+    ``under_min_isr_with_elr``: partitions whose ISR and eligible replicas together
+    are fewer than min.insync.replicas (where no ELR is kept, ``under_min_isr``).
     """
 
     partitions: int
     under_replicated: int
     offline: int
     under_min_isr: int
+    under_min_isr_with_elr: int
     min_insync: int | None
     # The fewest replicas a partition owes (those a reassignment adds not counted); 0
     # without partitions. What acks=all can promise: min_insync of these.
@@ -116,6 +144,7 @@ class ReplicaHealth:
     leaders: Mapping[int, int]
     leaderless_brokers: tuple[int, ...]
     out_of_sync: Mapping[int, int]
+    eligible: Mapping[int, int] = field(default_factory=dict)
 
 
 def replica_health(topic: TopicReplicas) -> ReplicaHealth:
@@ -125,6 +154,7 @@ def replica_health(topic: TopicReplicas) -> ReplicaHealth:
     leaders = {broker: led.get(broker, 0) for broker in sorted(topic.brokers | led.keys())}
     lagging = Counter(b for p in partitions for b in topic.owed(p) if b not in p.isr)
     min_insync = topic.min_insync
+    eligible = topic.eligible
     return ReplicaHealth(
         partitions=len(topic.partitions),
         under_replicated=sum(1 for p in partitions if len(p.isr) < len(topic.owed(p))),
@@ -132,11 +162,19 @@ def replica_health(topic: TopicReplicas) -> ReplicaHealth:
         under_min_isr=0
         if min_insync is None
         else sum(1 for p in partitions if len(p.isr) < min_insync),
+        under_min_isr_with_elr=0
+        if min_insync is None
+        else sum(
+            1
+            for p in partitions
+            if len(set(p.isr) | set(eligible.get(p.partition, ()))) < min_insync
+        ),
         min_insync=min_insync,
         replication_factor=min((len(topic.owed(p)) for p in partitions), default=0),
         leaders=leaders,
         leaderless_brokers=tuple(b for b in sorted(topic.brokers) if not led.get(b)),
         out_of_sync={b: lagging.get(b, 0) for b in sorted(topic.brokers | lagging.keys())},
+        eligible=dict(sorted(Counter(b for held in eligible.values() for b in held).items())),
     )
 
 
@@ -260,8 +298,10 @@ def topic_replicas(
     records: Iterable[PartitionRecord],
     brokers: Iterable[int],
     min_insync: int | None = None,
+    *,
     addresses: Mapping[int, str] | None = None,
     adding: Mapping[int, tuple[int, ...]] | None = None,
+    eligible: Mapping[int, tuple[int, ...]] | None = None,
 ) -> TopicReplicas:
     """The client's view of one topic, as :class:`TopicReplicas`.
 
@@ -287,6 +327,7 @@ def topic_replicas(
         min_insync,
         dict(addresses or {}),
         dict(adding or {}),
+        dict(eligible or {}),
     )
 
 

@@ -317,6 +317,14 @@ class ProbeMetrics:
             ["target", "broker"],
             registry=registry,
         )
+        self.broker_eligible = Gauge(
+            "synthetic_sla_broker_eligible_leader_replicas",
+            "Canary partitions where the broker's replica is an eligible leader replica "
+            "(KIP-966 ELR): out of the ISR, yet holding every committed record, so it "
+            "can be elected leader cleanly. Counted among its replicas out of sync too.",
+            ["target", "broker"],
+            registry=registry,
+        )
         self.brokers_leading_nothing = Gauge(
             "synthetic_sla_brokers_without_canary_leader",
             "Brokers that lead no canary partition: the probe does not measure them.",
@@ -339,6 +347,15 @@ class ProbeMetrics:
             "synthetic_sla_partitions_under_min_isr",
             "Canary partitions with fewer in-sync replicas than the topic's "
             "min.insync.replicas (acks=all produces are refused); 0 while it is unknown.",
+            ["target"],
+            registry=registry,
+        )
+        self.under_min_isr_with_elr = Gauge(
+            "synthetic_sla_partitions_under_min_isr_with_elr",
+            "Canary partitions whose in-sync and eligible leader replicas (KIP-966 ELR) "
+            "together are fewer than min.insync.replicas: fewer brokers than it promised "
+            "hold every acknowledged record. Equal to _partitions_under_min_isr where "
+            "the cluster keeps no ELR; 0 while min.insync.replicas is unknown.",
             ["target"],
             registry=registry,
         )
@@ -373,6 +390,7 @@ class ProbeMetrics:
             self.under_replicated,
             self.offline,
             self.under_min_isr,
+            self.under_min_isr_with_elr,
             self.min_insync,
             self.replication_factor,
         ):
@@ -508,6 +526,7 @@ class ProbeMetrics:
         self.under_replicated.labels(target).set(health.under_replicated)
         self.offline.labels(target).set(health.offline)
         self.under_min_isr.labels(target).set(health.under_min_isr)
+        self.under_min_isr_with_elr.labels(target).set(health.under_min_isr_with_elr)
         self.min_insync.labels(target).set(health.min_insync or 0)
         self.replication_factor.labels(target).set(health.replication_factor)
         self.replica_state.update(target, topic)
@@ -517,6 +536,7 @@ class ProbeMetrics:
             name = str(broker)
             self.broker_leaderships.labels(target, name).set(health.leaders.get(broker, 0))
             self.broker_out_of_sync.labels(target, name).set(health.out_of_sync.get(broker, 0))
+            self.broker_eligible.labels(target, name).set(health.eligible.get(broker, 0))
             if broker in known:
                 continue
             known.add(broker)
@@ -529,6 +549,7 @@ class ProbeMetrics:
         for gone in known - seen:
             self.broker_leaderships.labels(target, str(gone)).set(0)
             self.broker_out_of_sync.labels(target, str(gone)).set(0)
+            self.broker_eligible.labels(target, str(gone)).set(0)
 
     def _anomaly_counter(self, kind: AnomalyKind) -> Counter:
         return {

@@ -32,9 +32,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -68,7 +68,13 @@ from probe.core.partition_summary import partitions_summary, ranges_summary
 from probe.core.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
 from probe.transport.connect_errors import shown
-from probe.transport.kafka_admin import create_topic, min_insync_replicas, reassignments
+from probe.transport.kafka_admin import (
+    ReassignmentInFlight,
+    create_topic,
+    eligible_leaders,
+    min_insync_replicas,
+    reassignments,
+)
 from probe.transport.kafka_client import (
     CredentialFiles,
     connection_options,
@@ -91,6 +97,8 @@ from probe.transport.kafka_leaders import carry_out
 from probe.transport.kafka_transactions import Transactions, transactional_options
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _PRODUCE_REASONS: tuple[tuple[type[BaseException], ProduceFailure], ...] = (
     (KafkaTimeoutError, ProduceFailure.TIMEOUT),
@@ -165,6 +173,40 @@ class _Awaited:
     offsets: dict[bytes, int] = field(default_factory=dict)
     # When the acknowledgement came (monotonic), while the fetch wait is being decided.
     acked_at: dict[bytes, float] = field(default_factory=dict)
+
+
+@dataclass
+class OptionalLookup:
+    """An admin lookup the probe can do without (an ACL not granted, a broker without
+    the request): asked only while needed; refused, it is said once in the log (what
+    cannot be asked, and what the probe does without it) and asked again after
+    TOPIC_CONFIG_EVERY. Never fails the metadata refresh it serves."""
+
+    topic: str
+    cannot: str
+    without: str
+    refused_at: float | None = None
+
+    async def ask(self, needed: bool, request: Callable[[], Awaitable[T]]) -> T | None:
+        """The answer; None when not needed, refused, or refused lately."""
+        if not needed:
+            return None
+        now = time.monotonic()
+        if self.refused_at is not None and now - self.refused_at < TOPIC_CONFIG_EVERY:
+            return None
+        try:
+            answer = await request()
+        except (KafkaError, NotImplementedError, TimeoutError, TypeError, ValueError) as exc:
+            if isinstance(exc, TimeoutError) or (isinstance(exc, KafkaError) and exc.retriable):
+                # A broker down or slow, not a refusal: asked again at the next refresh.
+                log.debug("topic %s: %s (%r); asked again", self.topic, self.cannot, exc)
+                return None
+            if self.refused_at is None:
+                log.info("topic %s: %s (%r): %s", self.topic, self.cannot, exc, self.without)
+            self.refused_at = now
+            return None
+        self.refused_at = None
+        return answer
 
 
 class KafkaTransport:
@@ -275,10 +317,20 @@ class KafkaTransport:
         self._min_insync: int | None = None
         self._config_read_at: float | None = None
         self._admin: AIOKafkaAdminClient | None = None
-        # Replicas a reassignment in flight adds, per partition, and when the
-        # controller last refused to say (asked again after TOPIC_CONFIG_EVERY).
+        # Replicas a reassignment in flight adds, per partition.
         self._adding: dict[int, tuple[int, ...]] = {}
-        self._reassignments_refused_at: float | None = None
+        self._reassignments = OptionalLookup(
+            config.topic,
+            "cannot list partition reassignments",
+            "replicas a reassignment adds count as out of sync; grant Describe on the cluster",
+        )
+        # Eligible leader replicas (KIP-966) per partition (none outside trouble).
+        self._eligible: dict[int, tuple[int, ...]] = {}
+        self._eligible_replicas = OptionalLookup(
+            config.topic,
+            "cannot describe its partitions' eligible leader replicas",
+            "under min ISR counts the ISR alone",
+        )
         # Both lookups run in one task that outlives a refresh when the controller is
         # slow; at most one at a time.
         self._admin_lookup: asyncio.Task[None] | None = None
@@ -467,18 +519,32 @@ class KafkaTransport:
         if self._admin_lookup is None or self._admin_lookup.done():
             records = getattr(cluster, "_partitions", {}).get(self._topic) or {}
             outside = sorted(p for p, r in records.items() if len(r.isr) < len(r.replicas))
+            # Under min ISR (every replica out counts while min ISR is unknown) or
+            # offline: where eligible leader replicas may be.
+            short = any(
+                r.leader < 0 or len(r.isr) < (self._min_insync or len(r.replicas))
+                for r in records.values()
+            )
+            # Asked of a broker that leads a canary partition now, up at this refresh:
+            # the admin client's own metadata may still list brokers that are down.
+            leading = sorted({r.leader for r in records.values() if r.leader >= 0})
             self._admin_lookup = asyncio.create_task(
-                self._look_up(outside), name=f"admin lookup {self._topic}"
+                self._look_up(outside, short, leading[0] if leading else None),
+                name=f"admin lookup {self._topic}",
             )
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(ADMIN_LOOKUP_SHARE * self._config.send_timeout):
                 await asyncio.shield(self._admin_lookup)
 
-    async def _look_up(self, outside: list[int]) -> None:
+    async def _look_up(self, outside: list[int], short: bool, live: int | None) -> None:
         try:
             async with asyncio.timeout(self._config.send_timeout):
                 await self._read_topic_config()
-                await self._read_reassignments(outside)
+                # Apart: a controller slow to list reassignments must not keep the
+                # eligible replicas from being asked, nor the other way round.
+                await asyncio.gather(
+                    self._read_reassignments(outside), self._read_eligible(short, live)
+                )
         except TimeoutError:
             log.debug("topic %s: admin lookup timed out; a new admin client next", self._topic)
             await self._drop_admin()
@@ -511,34 +577,27 @@ class KafkaTransport:
 
     async def _read_reassignments(self, outside: list[int]) -> None:
         """Which replicas out of an ISR a reassignment is adding, asked only while
-        some replica is out of one (the rest of the time nothing is asked).
+        some replica is out of one (the rest of the time nothing is asked). Without the
+        answer (no Describe ACL on the cluster, a broker without the API) a
+        reassignment's new replicas count as out of sync, as lagging ones do."""
 
-        Without the answer (no Describe ACL on the cluster, a broker without the API)
-        a reassignment's new replicas count as out of sync, as lagging ones do: said
-        once, asked again after TOPIC_CONFIG_EVERY. Never fails the refresh.
-        """
-        if not outside:
-            self._adding = {}
-            return
-        now = time.monotonic()
-        refused = self._reassignments_refused_at
-        if refused is not None and now - refused < TOPIC_CONFIG_EVERY:
-            return
-        try:
-            admin = await self._admin_client()
-            moving = await reassignments(admin, self._topic, outside)
-        except (KafkaError, TypeError, ValueError) as exc:
-            if refused is None:
-                log.info(
-                    "topic %s: cannot list partition reassignments (%r): replicas a "
-                    "reassignment adds count as out of sync; grant Describe on the cluster",
-                    self._topic, exc,
-                )  # fmt: skip
-            self._reassignments_refused_at = now
-            self._adding = {}
-            return
+        async def ask() -> dict[int, ReassignmentInFlight]:
+            return await reassignments(await self._admin_client(), self._topic, outside)
+
+        moving = await self._reassignments.ask(bool(outside), ask) or {}
         self._adding = {p: moved.adding for p, moved in moving.items() if moved.adding}
-        self._reassignments_refused_at = None
+
+    async def _read_eligible(self, short: bool, live: int | None) -> None:
+        """Each partition's eligible leader replicas (KIP-966), asked only while
+        ``short`` (some partition under min ISR or offline; the rest of the time there
+        are none, and nothing is asked). A broker before Kafka 3.8 has no
+        DescribeTopicPartitions: then none are known, and the ISR alone is counted, as
+        on a cluster without ELR. ``live``: a broker up at the last refresh, to ask."""
+
+        async def ask() -> dict[int, tuple[int, ...]]:
+            return await eligible_leaders(await self._admin_client(), self._topic, live)
+
+        self._eligible = await self._eligible_replicas.ask(short, ask) or {}
 
     async def _admin_client(self) -> AIOKafkaAdminClient:
         if self._admin is None:
@@ -565,8 +624,9 @@ class KafkaTransport:
             records.values(),
             [b.nodeId for b in brokers],
             self._min_insync,
-            {b.nodeId: broker_address(b.host, b.port) for b in brokers},
-            self._adding,
+            addresses={b.nodeId: broker_address(b.host, b.port) for b in brokers},
+            adding=self._adding,
+            eligible=self._eligible,
         )
 
     async def spread_leaders(self, plan: LeaderPlan) -> list[str]:

@@ -6,10 +6,11 @@ aiokafka's admin client (0.14) creates topics and partitions, describes settings
 reads the metadata, and offers no method for the rest. It defines
 AlterPartitionReassignments and ListPartitionReassignments (KIP-455) as protocol
 structs only, and defines neither ElectLeaders (v0 the preferred election; v1,
-KIP-460, the election type, unclean included) nor IncrementalAlterConfigs (KIP-339:
+KIP-460, the election type, unclean included), IncrementalAlterConfigs (KIP-339:
 set or delete one setting and leave the others; its ``alter_configs`` replaces a
-resource's every dynamic setting): those are defined here. Each is sent as a struct
-through the admin client's own ways to the controller (on KRaft any broker, which
+resource's every dynamic setting) nor DescribeTopicPartitions (KIP-966: the eligible
+leader replicas, which the metadata does not carry): those are defined here. Each is
+sent as a struct through the admin client's own ways to the controller (on KRaft any broker, which
 forwards) or to one broker. Nor has it ListOffsets: log end offsets are asked by a
 consumer of their own.
 
@@ -33,19 +34,32 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from io import BytesIO
 from types import TracebackType
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.errors import IncompatibleBrokerVersion, KafkaError, for_code
+from aiokafka.protocol.abstract import AbstractType
 from aiokafka.protocol.admin import (
     AlterPartitionReassignmentsRequest,
     DescribeConfigsRequest,
     ListPartitionReassignmentsRequest,
 )
 from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, String
+from aiokafka.protocol.types import (
+    Array,
+    Boolean,
+    CompactArray,
+    CompactString,
+    Int8,
+    Int16,
+    Int32,
+    Schema,
+    String,
+    TaggedFields,
+)
 
 # How long the controller may work on a request (the requests' own timeout_ms).
 TIMEOUT_MS = 30_000
@@ -134,6 +148,11 @@ class ReassignmentInFlight:
     replicas: tuple[int, ...]
     adding: tuple[int, ...]
     removing: tuple[int, ...]
+
+
+# How many partitions DescribeTopicPartitions answers at most per request (Kafka's own
+# default); a larger topic is asked page by page, from the cursor each answer gives.
+DESCRIBE_PARTITIONS_PAGE = 2_000
 
 
 # --- The requests aiokafka does not define (its names: API, version) -----------------
@@ -290,6 +309,106 @@ class IncrementalAlterConfigsRequest(Request[IncrementalAlterConfigsRequest_v0])
         )
 
 
+class _Uuid(AbstractType[bytes]):  # type: ignore[misc]  # aiokafka is untyped
+    """A topic id: 16 bytes as they come."""
+
+    @classmethod
+    def encode(cls, value: bytes) -> bytes:
+        return value
+
+    @classmethod
+    def decode(cls, data: BytesIO) -> bytes:
+        return data.read(16)
+
+
+class _Cursor(AbstractType[tuple[str, int] | None]):  # type: ignore[misc]
+    """DescribeTopicPartitions' cursor, a nullable struct of a flexible version: -1 for
+    none, else 1 and the topic and partition to go on from (then its tagged fields)."""
+
+    _NAME = CompactString("utf-8")
+
+    @classmethod
+    def encode(cls, value: tuple[str, int] | None) -> bytes:
+        marker: bytes = Int8.encode(-1 if value is None else 1)
+        if value is None:
+            return marker
+        topic, partition = value
+        fields: bytes = cls._NAME.encode(topic) + Int32.encode(partition)
+        return marker + fields + b"\x00"  # no tagged fields
+
+    @classmethod
+    def decode(cls, data: BytesIO) -> tuple[str, int] | None:
+        if Int8.decode(data) < 0:
+            return None
+        topic, partition = cls._NAME.decode(data), Int32.decode(data)
+        TaggedFields.decode(data)
+        return (topic or "", partition)
+
+
+class DescribeTopicPartitionsResponse_v0(Response):  # type: ignore[misc]
+    API_KEY = 75
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "topics",
+            CompactArray(
+                ("error_code", Int16),
+                ("name", CompactString("utf-8")),
+                ("topic_id", _Uuid),
+                ("is_internal", Boolean),
+                (
+                    "partitions",
+                    CompactArray(
+                        ("error_code", Int16),
+                        ("partition_index", Int32),
+                        ("leader_id", Int32),
+                        ("leader_epoch", Int32),
+                        ("replica_nodes", CompactArray(Int32)),
+                        ("isr_nodes", CompactArray(Int32)),
+                        ("eligible_leader_replicas", CompactArray(Int32)),
+                        ("last_known_elr", CompactArray(Int32)),
+                        ("offline_replicas", CompactArray(Int32)),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("topic_authorized_operations", Int32),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("next_cursor", _Cursor),
+        ("tags", TaggedFields),
+    )
+
+
+class DescribeTopicPartitionsRequest_v0(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True
+    API_KEY = 75
+    API_VERSION = 0
+    RESPONSE_TYPE = DescribeTopicPartitionsResponse_v0
+    SCHEMA = Schema(
+        ("topics", CompactArray(("name", CompactString("utf-8")), ("tags", TaggedFields))),
+        ("response_partition_limit", Int32),
+        ("cursor", _Cursor),
+        ("tags", TaggedFields),
+    )
+
+
+class DescribeTopicPartitionsRequest(Request[DescribeTopicPartitionsRequest_v0]):  # type: ignore[misc]
+    """One topic's partitions from ``cursor`` on, at most ``limit`` of them (Kafka 3.8+;
+    a broker without it raises IncompatibleBrokerVersion at the send)."""
+
+    API_KEY = 75
+
+    def __init__(self, topic: str, limit: int, cursor: tuple[str, int] | None) -> None:
+        self._topic, self._limit, self._cursor = topic, limit, cursor
+
+    def build(
+        self, request_struct_class: type[DescribeTopicPartitionsRequest_v0]
+    ) -> DescribeTopicPartitionsRequest_v0:
+        return request_struct_class([(self._topic, {})], self._limit, self._cursor, {})
+
+
 # --- Topics created and grown --------------------------------------------------------
 
 
@@ -414,6 +533,35 @@ async def reassignments(
         for _, listed, _ in response.topics
         for partition, replicas, adding, removing, _ in listed
     }
+
+
+async def eligible_leaders(
+    admin: AIOKafkaAdminClient, topic: str, node: int | None = None
+) -> dict[int, tuple[int, ...]]:
+    """The eligible leader replicas (KIP-966) of the topic's partitions that have some:
+    out of the ISR, yet holding every committed record (the high watermark stops while
+    the ISR is under min.insync.replicas), so the controller elects one cleanly once
+    the ISR is gone. None on a cluster without ELR (before Kafka 4.1 unless turned on,
+    or ``eligible.leader.replicas.version`` 0). Raises KafkaError when refused or not
+    answered (IncompatibleBrokerVersion: a broker before Kafka 3.8). Asked of ``node``
+    (None: any broker the admin client knows)."""
+    found: dict[int, tuple[int, ...]] = {}
+    cursor: tuple[str, int] | None = None
+    while True:
+        request = DescribeTopicPartitionsRequest(topic, DESCRIBE_PARTITIONS_PAGE, cursor)
+        if node is None:
+            response = await admin._send_request(request)
+        else:
+            response = await admin._send_request_to_node(node, request)
+        for code, _, _, _, partitions, _, _ in response.topics:
+            if code:
+                raise for_code(code)(f"DescribeTopicPartitions {topic}")
+            for _, index, _, _, _, _, eligible, _, _, _ in partitions:
+                if eligible:
+                    found[index] = tuple(eligible)
+        cursor = response.next_cursor
+        if cursor is None or cursor[0] != topic:
+            return found
 
 
 def _in_requests(items: list[T]) -> list[list[T]]:

@@ -21,7 +21,7 @@ from tests.apache_kafka.kafka_admin import (
     under_min_isr,
     under_replicated,
 )
-from tests.conftest import RunningProbe, run_args, sample, wait_for
+from tests.conftest import RunningProbe, Samples, run_args, sample, wait_for
 
 PARTITIONS = 6  # two led by each broker
 
@@ -167,18 +167,42 @@ def test_two_brokers_down_refuses_writes_and_names_the_partitions_under_min_isr(
     assert probe.canaries("produce_failed") > 0
     assert probe.canaries("lost") == 0, "a refused write is produce_failed, not lost"
 
+    # The newest Kafka keeps eligible leader replicas (KIP-966, on by default from
+    # 4.1): the broker that left an ISR already at min ISR (2 of 3) holds every
+    # committed record, as the high watermark stopped with it. Writes are refused,
+    # and what acks=all acknowledged is still on two brokers: not under min ISR once
+    # the eligible replica counts.
+    def eligible(samples: Samples) -> dict[str, float]:
+        name = "synthetic_sla_broker_eligible_leader_replicas"
+        return {b: sample(samples, name, broker=b) for b in ("1", "2", "3")}
+
+    def eligible_counted() -> bool:
+        samples = probe.metrics()
+        held = eligible(samples)
+        return (
+            sample(samples, "synthetic_sla_partitions_under_min_isr_with_elr") == 0
+            and held["1"] == 0
+            and held["2"] + held["3"] == PARTITIONS
+        )
+
+    wait_for(eligible_counted, timeout=60, what="one eligible leader replica a partition")
+    assert sample(probe.metrics(), "synthetic_sla_partitions_under_min_isr") == PARTITIONS
+
     cluster.node(2).start()
     cluster.node(3).start()
     cluster.wait_ready()
     failed = probe.canaries("produce_failed")
-    wait_for(
-        lambda: (
+
+    def writing_again() -> bool:
+        samples = probe.metrics()
+        return (
             probe.canaries("delivered") >= failed + 2 * PARTITIONS
-            and sample(probe.metrics(), "synthetic_sla_partitions_under_min_isr") == 0
-        ),
-        timeout=120,
-        what="writes acknowledged again",
-    )
+            and sample(samples, "synthetic_sla_partitions_under_min_isr") == 0
+            and sample(samples, "synthetic_sla_partitions_under_min_isr_with_elr") == 0
+            and set(eligible(samples).values()) == {0}
+        )
+
+    wait_for(writing_again, timeout=120, what="writes acknowledged again, none eligible")
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ cluster): topic management, per-broker attribution, replica health, idempotence.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from probe.apache_kafka.cluster import KafkaCluster
 from probe.config import KafkaConfig
@@ -175,6 +177,26 @@ async def test_a_topic_larger_than_one_request_allows_is_created_in_steps(
     described = wait_for(all_ten, timeout=30, what="ten partitions described")
     assert sorted(described) == list(range(10))
     assert {len(d.replicas) for d in described.values()} == {3}
+
+    # DescribeTopicPartitions (the eligible leader replicas) goes page by page too:
+    # ten partitions four at a time are three requests, each from the cursor the last
+    # answer gave, and none after the last page. All in sync: none is eligible.
+    monkeypatch.setattr(kafka_admin, "DESCRIBE_PARTITIONS_PAGE", 4)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_cluster.bootstrap_servers)
+    await admin.start()
+    sent: list[object] = []
+    send = admin._send_request
+
+    async def counted(request: object, node_id: int | None = None) -> object:
+        sent.append(request)
+        return await send(request, node_id)
+
+    monkeypatch.setattr(admin, "_send_request", counted)
+    try:
+        found = await asyncio.wait_for(kafka_admin.eligible_leaders(admin, topic), 30)
+    finally:
+        await admin.close()
+    assert (found, len(sent)) == ({}, 3)
 
 
 def test_a_topic_kafka_refuses_to_create_is_named_not_taken_for_created(

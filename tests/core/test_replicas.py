@@ -36,7 +36,9 @@ def recorded_topic() -> TopicReplicas:
     brokers = [BrokerMetadata(**b) for b in data["brokers"]]
     # As probe.transport.kafka maps the client's brokers.
     addresses = {b.nodeId: broker_address(b.host, b.port) for b in brokers}
-    return topic_replicas(records, [b.nodeId for b in brokers], data["min_insync"], addresses)
+    return topic_replicas(
+        records, [b.nodeId for b in brokers], data["min_insync"], addresses=addresses
+    )
 
 
 def test_the_examples_in_the_module_hold() -> None:

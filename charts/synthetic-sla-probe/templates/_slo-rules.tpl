@@ -687,6 +687,9 @@ whether the broker is in the metadata (up), and which brokers are out of sync.
       {{- with $alerts.replicasUnderMinIsr }}
       {{- if .enabled }}
       {{- $minInsync := `{{ with query (printf "max(synthetic_sla_min_insync_replicas{target=%q})" $labels.target) }}{{ . | first | value | humanize }}{{ end }}` }}
+      {{- /* Eligible leader replicas (KIP-966) make up for the ISR where the cluster keeps
+      them: said only when they do, for some of the partitions at least. */}}
+      {{- $eligible := `{{ with query (printf "max(synthetic_sla_partitions_under_min_isr_with_elr{target=%q})" $labels.target) }}{{ if lt (. | first | value) $value }} Counting the eligible leader replicas (KIP-966), the acknowledged records of only {{ . | first | value | humanize }} of them are on fewer brokers than min.insync.replicas: the others refuse writes yet lose nothing acknowledged, and an eligible replica takes over cleanly if their leader fails.{{ end }}{{ end }}` }}
       # Writes are refused now: a short `for` only passes over a follower that drops out
       # of the ISR and rejoins at once. The availability page fires for the same cause
       # (failed produces, its symptom) and is not inhibited by it, nor it by the page:
@@ -701,7 +704,7 @@ whether the broker is in the metadata (up), and which brokers are out of sync.
           {{- end }}
         annotations:
           summary: {{ printf "{{ $labels.target }}: {{ $value | humanize }} canary partitions under min.insync.replicas for %s: acks=all writes to them are refused" .for | quote }}
-          description: {{ printf "{{ $value | humanize }} canary partitions of target {{ $labels.target }} have had fewer in-sync replicas than the topic's min.insync.replicas (%s) for %s: their leaders refuse every acks=all produce (NOT_ENOUGH_REPLICAS), and the probe's canaries to them fail (produce_failed). This is the cause of the availability burn those failures show. Brokers with replicas out of the ISR (canary partitions): %s." $minInsync .for $outOfSyncBrokers | quote }}
+          description: {{ printf "{{ $value | humanize }} canary partitions of target {{ $labels.target }} have had fewer in-sync replicas than the topic's min.insync.replicas (%s) for %s: their leaders refuse every acks=all produce (NOT_ENOUGH_REPLICAS), and the probe's canaries to them fail (produce_failed). This is the cause of the availability burn those failures show.%s Brokers with replicas out of the ISR (canary partitions): %s." $minInsync .for $eligible $outOfSyncBrokers | quote }}
           runbook_url: {{ printf "%s#syntheticslareplicasunderminisr" $runbook }}
       {{- end }}
       {{- end }}
