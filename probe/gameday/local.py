@@ -207,8 +207,11 @@ class LocalEnvironment(Started):
             # proxy, and each proxy is told its node's port.
             proxy_ports = {node_id: free_loopback_port() for node_id in (1, 2, 3)}
             self.cluster = KafkaCluster(workdir=workdir / "kafka", advertised_ports=proxy_ports)
+            # Kafka-aware where the fault holds some requests back (it reads each
+            # request's API key); plain bytes otherwise.
+            kafka = scenario.fault.kind == "coordinator-requests"
             self.broker_proxies = {
-                node_id: TcpProxy(self.cluster.node(node_id).port, port=port)
+                node_id: TcpProxy(self.cluster.node(node_id).port, port=port, kafka=kafka)
                 for node_id, port in proxy_ports.items()
             }
         else:

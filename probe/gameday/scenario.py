@@ -243,18 +243,29 @@ class ProducerClockSkew(_Section):
 
 # The group coordinator's APIs, by name (probe.gameday.faults.coordinator.CoordinatorApi).
 CoordinatorApiName = Literal[
-    "OffsetCommit", "OffsetFetch", "FindCoordinator", "JoinGroup", "Heartbeat", "SyncGroup"
+    "OffsetCommit",
+    "OffsetFetch",
+    "FindCoordinator",
+    "JoinGroup",
+    "Heartbeat",
+    "SyncGroup",
+    "ConsumerGroupHeartbeat",
 ]
+# The group stages, whose consumer group a fault may act on: the classic protocol's
+# member, and the consumer protocol's (KIP-848).
+GroupStageName = Literal["group", "group_consumer"]
 
 
 class CoordinatorRequests(_Section):
     """The group coordinator's requests of ``apis`` delayed by ``delay``
     (``action: delay``) or never forwarded (``action: drop``: the client times out),
-    by the embedded broker's Kafka-aware proxy; Fetch and Produce pass untouched. Only
-    the group stage meets the coordinator: the probe must run it
-    (``stages: [consumer, group]``)."""
+    by the Kafka-aware proxy in front of the coordinator (the embedded broker's, or on
+    Apache Kafka that of the broker coordinating ``coordinator_of``'s group, asked of
+    the cluster when the fault is injected); Fetch and Produce pass untouched. Only a
+    group stage meets the coordinator: the probe must run that one."""
 
     kind: Literal["coordinator-requests"]
+    coordinator_of: GroupStageName = "group"
     action: Literal["delay", "drop"] = "delay"
     apis: Annotated[tuple[CoordinatorApiName, ...], _each_once("an API")] = Field(
         default=("OffsetCommit",), min_length=1
@@ -272,12 +283,15 @@ class CoordinatorRequests(_Section):
 
 
 class GroupMemberFlapping(_Section):
-    """An extra member joins the probe's consumer group (the group stage's: its
-    ``group.id`` or the derived one) on the canary topic, is assigned partitions, and
-    leaves again, never committing: two rebalances every ``period``, until healed. The
-    probe must run the group stage (``stages: [consumer, group]``)."""
+    """An extra member joins the probe's consumer group (``member_of``'s: the group
+    stage's ``group.id`` or the derived one, or the group_consumer stage's) on the
+    canary topic, is assigned partitions, and leaves again, never committing: two
+    rebalances every ``period``, until healed. The probe must run that stage."""
 
     kind: Literal["group-member-flapping"]
+    # Whose group: the group stage's (classic protocol, the member on aiokafka) or the
+    # group_consumer stage's (consumer protocol, the member on librdkafka).
+    member_of: GroupStageName = "group"
     # From one join to the next; a join slower than this is followed by the next at once.
     # A rebalance does not compress: the embedded broker holds every JoinGroup about
     # 5 s. At 10 s the extra member joined again before the probe's member had its
@@ -599,8 +613,6 @@ FAULT_BROKERS: dict[str, str] = {
     "broker-data-loss": "embedded",
     # The Kafka-aware proxy of the embedded broker strips the partition's fetches.
     "silent-partition": "embedded",
-    # Likewise, it delays or drops the coordinator's requests.
-    "coordinator-requests": "embedded",
     "kafka-broker-stop": "apache-kafka",
     "kafka-rolling-restart": "apache-kafka",
     "kafka-brokers-down": "apache-kafka",
@@ -619,8 +631,6 @@ _RESTARTS_PROBE = {"probe-restart", "producer-clock-skew"}
 # for the coordinator's and the flapping member's, the share group's member, the
 # read_committed reader, the Spark sink).
 _NEEDS_STAGE = {
-    "coordinator-requests": StageName.GROUP,
-    "group-member-flapping": StageName.GROUP,
     "share-member-stall": StageName.SHARE,
     "transaction-left-open": StageName.TRANSACTIONAL,
     "sink-stall": StageName.SINK,
@@ -651,10 +661,10 @@ def load_scenario(path: Path) -> Scenario:
     if needed is not None and needed not in config.stages:
         needs = f"fault kind {scenario.fault.kind} needs the {needed} stage"
         raise ConfigError("probe.stages", needs)
-    coordinator_of = getattr(scenario.fault, "coordinator_of", None)
-    if coordinator_of is not None and StageName(coordinator_of) not in config.stages:
-        needs = f"fault.coordinator_of: {coordinator_of} needs the {coordinator_of} stage"
-        raise ConfigError("probe.stages", needs)
+    for field in ("coordinator_of", "member_of"):
+        of = getattr(scenario.fault, field, None)
+        if of is not None and StageName(of) not in config.stages:
+            raise ConfigError("probe.stages", f"fault.{field}: {of} needs the {of} stage")
     if scenario.fault.kind == "sink-stall" and scenario.sink_process != "probe":
         raise ConfigError("sink_process", "fault kind sink-stall holds the sink in the probe")
     if scenario.sink_process == "own" and StageName.SINK not in config.stages:

@@ -172,3 +172,24 @@ def test_each_group_protocol_follows_its_coordinator_away_paging_nobody(
     assert report["resolved"]["computed"]["ok"]
     (steps,) = tmp_path.glob("**/faults.log")
     assert "is coordinated by broker" in steps.read_text()
+
+
+@pytest.mark.gameday
+def test_commits_held_by_the_consumer_protocols_coordinator_page_that_stage_alone(
+    tmp_path: Path,
+) -> None:
+    # The fault only the group_consumer stage meets (KIP-848): its coordinator's broker,
+    # asked of the cluster at injection, forwards every OffsetCommit 2 s late. Its own
+    # commit-latency page fires (the scenario's expectation); nothing of the consumer
+    # stage's does, and no canary is late or lost.
+    report = _run("kafka-group-consumer-commit-stall", tmp_path, timeout=480)
+    fired = {
+        (alert["alert"], alert["labels"].get("stage"))
+        for alert in report["alerts"]
+        if alert["computed"]["fired"]
+    }
+    assert ("SyntheticSlaGroupCommitLatencyBudgetBurn", "group_consumer") in fired
+    assert report["false_pages"]["computed"] == []
+    assert report["canaries"]["lost"] == report["canaries"]["late"] == 0
+    (steps,) = tmp_path.glob("**/faults.log")
+    assert "is coordinated by broker" in steps.read_text()

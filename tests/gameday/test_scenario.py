@@ -121,11 +121,16 @@ expect:
         ),
         (
             "name: x\nfault: {kind: coordinator-requests}\n",
-            "probe.stages: fault kind coordinator-requests needs the group stage",
+            "probe.stages: fault.coordinator_of: group needs the group stage",
         ),
         (
             "name: x\nfault: {kind: group-member-flapping}\n",
-            "probe.stages: fault kind group-member-flapping needs the group stage",
+            "probe.stages: fault.member_of: group needs the group stage",
+        ),
+        (
+            "name: x\nbroker: apache-kafka\nprobe: {stages: [consumer, group]}\n"
+            "fault: {kind: group-member-flapping, member_of: group_consumer}\n",
+            "probe.stages: fault.member_of: group_consumer needs the group_consumer stage",
         ),
         (
             "name: x\nprobe: {stages: [consumer, group]}\n"
@@ -148,11 +153,6 @@ expect:
         (
             "name: x\nfault: {kind: coordinator-requests, action: stall}\n",
             "fault.action: Input should be 'delay' or 'drop'",
-        ),
-        (
-            "name: x\nbroker: apache-kafka\nfault: {kind: coordinator-requests}\n"
-            "probe: {stages: [consumer, group]}\n",
-            "fault.kind: coordinator-requests acts on the embedded broker",
         ),
         # The broker of a local run, and the faults that need one kind of broker.
         (MINIMAL + "broker: kafka\n", "broker: Input should be 'embedded' or 'apache-kafka'"),
@@ -312,7 +312,15 @@ def test_the_faults_of_any_broker_run_on_the_cluster_too(tmp_path: Path, kind: s
     [
         (
             "{kind: coordinator-requests}",
-            {"action": "delay", "apis": ("OffsetCommit",), "delay": 2.0},
+            {"action": "delay", "apis": ("OffsetCommit",), "delay": 2.0, "coordinator_of": "group"},
+        ),
+        (
+            "{kind: coordinator-requests, coordinator_of: group_consumer,"
+            " apis: [OffsetCommit, ConsumerGroupHeartbeat]}",
+            {
+                "apis": ("OffsetCommit", "ConsumerGroupHeartbeat"),
+                "coordinator_of": "group_consumer",
+            },
         ),
         (
             "{kind: coordinator-requests, delay: 500ms, apis: [OffsetCommit, Heartbeat]}",
@@ -322,14 +330,20 @@ def test_the_faults_of_any_broker_run_on_the_cluster_too(tmp_path: Path, kind: s
             "{kind: coordinator-requests, action: drop, apis: [FindCoordinator, JoinGroup]}",
             {"action": "drop", "apis": ("FindCoordinator", "JoinGroup"), "delay": None},
         ),
-        ("{kind: group-member-flapping}", {"period": 10.0}),
+        ("{kind: group-member-flapping}", {"period": 10.0, "member_of": "group"}),
+        (
+            "{kind: group-member-flapping, member_of: group_consumer}",
+            {"member_of": "group_consumer"},
+        ),
         ("{kind: group-member-flapping, period: 2s}", {"period": 2.0}),
     ],
 )
 def test_the_group_faults_and_their_defaults(
     tmp_path: Path, fault: str, settings: dict[str, object]
 ) -> None:
+    stages = "[consumer, group, group_consumer]"
     scenario = load_scenario(
-        _write(tmp_path, f"name: x\nprobe: {{stages: [consumer, group]}}\nfault: {fault}\n")
+        _write(tmp_path, f"name: x\nprobe: {{stages: {stages}}}\nfault: {fault}\n")
     )
-    assert scenario.fault.model_dump(exclude={"kind"}) == settings
+    dump = scenario.fault.model_dump(exclude={"kind"})
+    assert {name: dump[name] for name in settings} == settings

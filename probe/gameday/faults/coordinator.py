@@ -6,8 +6,13 @@ offsets (OffsetFetch, OffsetCommit) and heartbeats. The consumer stage assigns i
 partitions itself and sends none of these, so this fault is one that only the group
 stage (``--stages consumer,group``) can see.
 
-The Kafka-aware proxy in front of the embedded broker (``kafka_wire``) reads every
-request's API key. While the fault is on, the requests of the chosen APIs are
+The Kafka-aware proxy in front of the embedded broker (``kafka_wire``), or on Apache
+Kafka the one in front of the broker coordinating the group of ``coordinator_of``
+(found with FindCoordinator when the fault is injected; only the coordinator is sent
+a group's commits and heartbeats), reads every request's API key. On the consumer
+protocol (KIP-848, the group_consumer stage) the member's heartbeat is
+ConsumerGroupHeartbeat, and librdkafka sends a coordinator's requests on a connection
+of their own too. While the fault is on, the requests of the chosen APIs are
 
 - delayed: forwarded ``delay`` late. A broker answers a connection's requests in
   order, so what the client sent after a delayed request on the same connection waits
@@ -31,9 +36,18 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
+from probe.core.errors import ProbeError
+from probe.gameday.faults.kafka_cluster import StepLog
+from probe.transport.kafka_admin import group_coordinator
+
 if TYPE_CHECKING:
     from probe.gameday.faults.base import LocalTargets
+    from probe.gameday.faults.proxy_rules import RequestHold
     from probe.gameday.scenario import CoordinatorRequests
+
+
+class CoordinatorFaultError(ProbeError):
+    """The coordinator to hold requests of could not be found."""
 
 
 class CoordinatorApi(IntEnum):
@@ -45,6 +59,7 @@ class CoordinatorApi(IntEnum):
     JoinGroup = 11
     Heartbeat = 12
     SyncGroup = 14
+    ConsumerGroupHeartbeat = 68  # KIP-848
 
 
 class CoordinatorRequestsFault:
@@ -59,13 +74,31 @@ class CoordinatorRequestsFault:
     """
 
     def __init__(self, spec: CoordinatorRequests, targets: LocalTargets) -> None:
-        self.hold = targets.embedded_proxy().request_hold
-        self.hold.api_keys = frozenset(CoordinatorApi[name] for name in spec.apis)
-        self.hold.delay = spec.delay if spec.action == "delay" else None
+        self.spec = spec
+        self.targets = targets
+        self.hold: RequestHold | None = None
+        # The broker whose requests are held (Apache Kafka): the group's coordinator.
+        self.coordinator: int | None = None
 
     def inject(self) -> None:
-        self.hold.active = True
+        targets = self.targets
+        if targets.cluster is None:
+            hold = targets.embedded_proxy().request_hold
+        else:
+            group = targets.probe_group_id(self.spec.coordinator_of)
+            self.coordinator = group_coordinator(targets.bootstrap_servers, group)
+            if self.coordinator is None:
+                raise CoordinatorFaultError(f"group {group}: no broker named its coordinator")
+            StepLog(targets.kafka_cluster()).note(
+                f"group {group} is coordinated by broker {self.coordinator}"
+            )
+            hold = targets.broker_proxies[self.coordinator].request_hold
+        hold.api_keys = frozenset(CoordinatorApi[name] for name in self.spec.apis)
+        hold.delay = self.spec.delay if self.spec.action == "delay" else None
+        hold.active = True
+        self.hold = hold
 
     def heal(self) -> None:
         # Requests already dropped stay lost: their clients time out and retry.
-        self.hold.active = False
+        if self.hold is not None:
+            self.hold.active = False

@@ -9,8 +9,12 @@ groups it joins. It never commits (auto-commit off, no commit call): what the pr
 member committed is all the group holds, and the flapping member's partitions go back
 to the probe's member at the offsets it had handed out.
 
-Only aiokafka and the broker's own group protocol: the member goes through whatever
-the probe's bootstrap servers are (the embedded broker's proxy, or Apache Kafka's).
+The member speaks its group's protocol: the classic one on aiokafka for the group
+stage's group, the consumer protocol (KIP-848) on librdkafka for the group_consumer
+stage's, where joining is a ConsumerGroupHeartbeat and the coordinator moves
+partitions from the probe's member to the new one (revoked, then assigned) without
+stopping the group, and back when it leaves. It goes through whatever the probe's
+bootstrap servers are (the embedded broker's proxy, or Apache Kafka's).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import TopicPartition as LibrdkafkaPartition
 
 from probe.core.errors import ProbeError
 
@@ -69,7 +75,8 @@ class GroupMemberFlappingFault:
     def __init__(self, spec: GroupMemberFlapping, targets: LocalTargets) -> None:
         self.bootstrap_servers = targets.bootstrap_servers
         self.topic = targets.topic
-        self.group_id = targets.probe_group_id()
+        self.group_id = targets.probe_group_id(spec.member_of)
+        self.consumer_protocol = spec.member_of == "group_consumer"
         self.period = spec.period
         # Joins that were assigned partitions, and joins that were not within
         # ASSIGNED_WITHIN (the member left anyway).
@@ -100,6 +107,9 @@ class GroupMemberFlappingFault:
                 await asyncio.to_thread(self._healed.wait, rest)
 
     async def _join_and_leave(self) -> None:
+        if self.consumer_protocol:
+            await asyncio.to_thread(self._join_and_leave_consumer_protocol)
+            return
         member = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
             group_id=self.group_id,
@@ -125,6 +135,43 @@ class GroupMemberFlappingFault:
         finally:
             # Leaves the group (LeaveGroup): it rebalances at once. No commit first.
             await member.stop()
+
+    def _join_and_leave_consumer_protocol(self) -> None:
+        """The same on the consumer protocol, with librdkafka's consumer (on this
+        thread: every call on it from here)."""
+        assigned = threading.Event()
+
+        def on_assign(member: Consumer, partitions: list[LibrdkafkaPartition]) -> None:
+            member.incremental_assign(partitions)
+            if partitions:
+                assigned.set()
+
+        member = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "group.id": self.group_id,
+                "group.protocol": "consumer",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "latest",
+                "allow.auto.create.topics": False,
+            }
+        )
+        try:
+            member.subscribe([self.topic], on_assign=on_assign)
+            deadline = time.monotonic() + ASSIGNED_WITHIN
+            while not assigned.is_set() and time.monotonic() < deadline:
+                member.poll(0.2)  # records taken and dropped: never committed
+            if assigned.is_set():
+                self.assigned += 1
+            else:
+                self.unassigned += 1
+                log.warning("flapping member: no assignment in %gs", ASSIGNED_WITHIN)
+        except KafkaException as exc:
+            self.unassigned += 1
+            log.warning("flapping member: %s", exc)
+        finally:
+            # Leaves the group (a heartbeat with member epoch -1). No commit first.
+            member.close()
 
     def heal(self) -> None:
         """Returns once the member has left for good; raises what the flapping met."""

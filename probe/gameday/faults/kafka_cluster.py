@@ -217,7 +217,7 @@ def active_controller(cluster: KafkaCluster, timeout: float = CONTROLLER_TIMEOUT
         time.sleep(0.25)
 
 
-class _StepLog:
+class StepLog:
     """Each step of a fault, timed, in ``faults.log`` beside the nodes' directories."""
 
     def __init__(self, cluster: KafkaCluster) -> None:
@@ -253,7 +253,7 @@ class KafkaBrokerStopFault:
         self.cluster = targets.kafka_cluster()
         self.broker = spec.broker
         self.how = spec.how
-        self.log = _StepLog(self.cluster)
+        self.log = StepLog(self.cluster)
         self.bootstrap_servers = targets.bootstrap_servers
         # The group (or the transactional id) whose coordinator is the broker to stop,
         # if the spec says so.
@@ -305,7 +305,7 @@ class KafkaRollingRestartFault:
         self.bootstrap_servers = targets.bootstrap_servers
         self.topic = targets.topic
         self.in_sync_timeout = spec.in_sync_timeout
-        self.log = _StepLog(self.cluster)
+        self.log = StepLog(self.cluster)
         self.order: list[int] = []
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -369,7 +369,7 @@ class KafkaBrokersDownFault:
     def __init__(self, spec: KafkaBrokersDown, targets: LocalTargets) -> None:
         self.cluster = targets.kafka_cluster()
         self.brokers = list(spec.brokers)
-        self.log = _StepLog(self.cluster)
+        self.log = StepLog(self.cluster)
 
     def inject(self) -> None:
         for broker in self.brokers:
@@ -402,7 +402,7 @@ class KafkaControllerKillFault:
 
     def __init__(self, spec: KafkaControllerKill, targets: LocalTargets) -> None:
         self.cluster = targets.kafka_cluster()
-        self.log = _StepLog(self.cluster)
+        self.log = StepLog(self.cluster)
         self.killed: int | None = None
 
     def inject(self) -> None:
@@ -464,7 +464,7 @@ class KafkaUncleanElectionFault:
         self.broker = spec.broker
         self.alone = spec.alone
         self.others = [node_id for node_id in sorted(self.cluster.nodes) if node_id != spec.broker]
-        self.log = _StepLog(self.cluster)
+        self.log = StepLog(self.cluster)
         self.partitions: list[int] = []
         self.acknowledged_alone: dict[int, int] = {}
         self.vanished: dict[int, int] = {}
@@ -590,7 +590,7 @@ class KafkaReassignmentFault:
         self.topic = targets.topic
         self.throttle = spec.throttle
         self.complete_timeout = spec.complete_timeout
-        self.log = _StepLog(self.cluster)
+        self.log = StepLog(self.cluster)
         self.moves: dict[int, tuple[int, ...]] = {}
         self.in_flight: list[int] = []
         self.still_moving: list[int] = []
