@@ -12,10 +12,14 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from confluent_kafka import KafkaError
+from confluent_kafka import TopicPartition as LibrdkafkaPartition
+from prometheus_client import CollectorRegistry
 
-from probe.config import GroupConfig, load
+from probe.config import GroupConfig, KafkaConfig, load
 from probe.core.errors import CommitFailure, ConfigError
 from probe.embedded import EmbeddedBroker
+from probe.metrics.group import GroupMetrics
 from probe.transport import Arrival, kafka_group_consumer
 from probe.transport.kafka_group import KafkaGroupReader
 from tests.conftest import SLA_PROBE, target_report
@@ -180,3 +184,35 @@ def test_the_consumer_protocol_readers_pure_parts() -> None:
     assert kafka_group_consumer.coordinator_of({}) is None
     logical_only = {"brokers": {"GroupCoordinator": {"nodeid": -1, "nodename": "h:9"}}}
     assert kafka_group_consumer.coordinator_of(logical_only) is None
+
+
+def test_the_consumer_protocol_member_counts_what_its_client_reports_by_name() -> None:
+    # librdkafka's errors (its error callback, a consumed error) and an assignment lost
+    # without a revocation (the member fenced: its heartbeats failed) are counted under
+    # the member's stage by their names, on the probe's registry.
+    registry = CollectorRegistry()
+    metrics = GroupMetrics(registry, commit_buckets=(0.5,))
+    reader = kafka_group_consumer.KafkaConsumerProtocolReader(
+        KafkaConfig(bootstrap_servers="127.0.0.1:9", topic="canaries"),
+        "g",
+        target="kafka",
+        recorder=metrics.of("group_consumer"),
+    )
+
+    class Unassigning:
+        def incremental_unassign(self, partitions: list[LibrdkafkaPartition]) -> None:
+            self.unassigned = partitions
+
+    consumer = Unassigning()
+    reader._client_error(KafkaError(KafkaError._TRANSPORT))
+    reader._client_error(KafkaError(KafkaError.FENCED_MEMBER_EPOCH))
+    reader._on_lost(consumer, [LibrdkafkaPartition("canaries", 0)])  # type: ignore[arg-type]
+    assert [tp.partition for tp in consumer.unassigned] == [0]
+    counted = {
+        dict(sample.labels)["error"]: sample.value
+        for family in registry.collect()
+        if family.name == "synthetic_sla_group_member_errors"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+    assert counted == {"transport": 1, "fenced_member_epoch": 1, "assignment_lost": 1}

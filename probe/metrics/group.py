@@ -102,6 +102,16 @@ class GroupMetrics:
             buckets=DELIVERY_BUCKETS,
             registry=registry,
         )
+        self.member_errors = Counter(
+            "synthetic_sla_group_member_errors",
+            "Errors the member's client (librdkafka: the group_consumer and share stages) "
+            "reported, by Kafka's or librdkafka's error name: heartbeats refused "
+            "(fenced_member_epoch, unknown_member_id), the assignment lost without a "
+            "revocation (assignment_lost: the member was fenced), the coordinator or a "
+            "broker out of reach (transport, all_brokers_down), fetches refused.",
+            ["target", "stage", "error"],
+            registry=registry,
+        )
         self._coordinators: dict[tuple[str, str], str] = {}
 
     def declare(self, target: str, stage: str) -> None:
@@ -167,3 +177,6 @@ class StageGroupMetrics:
 
     def delivered(self, target: str, delivery_count: int) -> None:
         self._metrics.deliveries.labels(target, self._stage).observe(delivery_count)
+
+    def member_error(self, target: str, error: str) -> None:
+        self._metrics.member_errors.labels(target, self._stage, error).inc()

@@ -111,6 +111,16 @@ def commit_failure_reason(exc: BaseException) -> CommitFailure:
     return reason_for(exc, _COMMIT_REASONS, CommitFailure.ERROR)
 
 
+def member_error_name(name: str) -> str:
+    """An error's name as the member series label it: Kafka's or librdkafka's name
+    (``KafkaError.name()``), lower case, without librdkafka's leading underscore.
+
+    >>> member_error_name("_ASSIGNMENT_LOST"), member_error_name("FENCED_MEMBER_EPOCH")
+    ('assignment_lost', 'fenced_member_epoch')
+    """
+    return name.lstrip("_").lower()
+
+
 class GroupRecorder(Protocol):
     """Where the member's own events go (probe.metrics.group.GroupMetrics)."""
 
@@ -130,6 +140,9 @@ class GroupRecorder(Protocol):
 
     def delivered(self, target: str, delivery_count: int) -> None:
         """A share group's record read, with the broker's delivery count."""
+
+    def member_error(self, target: str, error: str) -> None:
+        """An error the member's client reported, by its name (member_error_name)."""
 
 
 class Unrecorded:
@@ -157,6 +170,9 @@ class Unrecorded:
         pass
 
     def delivered(self, target: str, delivery_count: int) -> None:
+        pass
+
+    def member_error(self, target: str, error: str) -> None:
         pass
 
 

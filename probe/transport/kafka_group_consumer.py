@@ -66,6 +66,7 @@ from probe.transport.kafka_group import (
     MemberNotes,
     ReadsOnly,
     Unrecorded,
+    member_error_name,
 )
 from probe.transport.kafka_settings import librdkafka_member
 
@@ -270,6 +271,7 @@ class KafkaConsumerProtocolReader(ReadsOnly):
     def _arrival(self, message: Message, at_ns: int) -> Arrival | None:
         if (error := message.error()) is not None:
             self._note_fetch_problem(f"fetch failed: {error.str()}")
+            self._recorder.member_error(self._target, member_error_name(error.name()))
             return None
         if self._problem is not None and self._clock() - self._failed_at > 2.0:
             self._problem = None
@@ -345,6 +347,7 @@ class KafkaConsumerProtocolReader(ReadsOnly):
 
     def _client_error(self, error: KafkaError) -> None:
         log.debug("group %s: %s", self._group_id, error)
+        self._recorder.member_error(self._target, member_error_name(error.name()))
 
     # -- the group's life (callbacks, on the polling thread) ---------------------------
 
@@ -399,6 +402,9 @@ class KafkaConsumerProtocolReader(ReadsOnly):
         self._revoked(consumer, partitions, lost=False)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # The coordinator fenced the member (its heartbeats failed or its session ran
+        # out): librdkafka's own name for it, as if it had said so in an error.
+        self._recorder.member_error(self._target, member_error_name("_ASSIGNMENT_LOST"))
         self._revoked(consumer, partitions, lost=True)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:

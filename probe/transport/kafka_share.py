@@ -68,6 +68,7 @@ from probe.transport.kafka_group import (
     GroupRecorder,
     ReadsOnly,
     Unrecorded,
+    member_error_name,
 )
 from probe.transport.kafka_group_consumer import commit_failure_reason, coordinator_of
 from probe.transport.kafka_settings import librdkafka_member
@@ -236,6 +237,7 @@ class KafkaShareReader(ReadsOnly):
         member already did."""
         if (error := message.error()) is not None:
             self._note_fetch_problem(f"fetch failed: {error.str()}")
+            self._recorder.member_error(self._target, member_error_name(error.name()))
             return None
         partition, offset = message.partition(), message.offset()
         if partition is None or offset is None:
@@ -313,6 +315,7 @@ class KafkaShareReader(ReadsOnly):
 
     def _client_error(self, error: KafkaError) -> None:
         log.debug("share group %s: %s", self._group_id, error)
+        self._recorder.member_error(self._target, member_error_name(error.name()))
 
     # -- Transport -------------------------------------------------------------------
 
