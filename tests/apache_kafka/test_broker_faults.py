@@ -224,17 +224,16 @@ def proxied(tmp_path: Path) -> Iterator[tuple[KafkaCluster, dict[int, TcpProxy]]
             proxy.stop()
 
 
-def read_by_broker(probe: RunningProbe) -> dict[str, float]:
-    """Canaries read back at the consumer stage, in time or late, per broker."""
-    delivered, late = by_broker(probe, "delivered"), by_broker(probe, "late")
-    return {broker: delivered[broker] + late[broker] for broker in delivered}
-
-
-def by_broker(probe: RunningProbe, outcome: str) -> dict[str, float]:
+def by_broker(probe: RunningProbe, *outcomes: str) -> dict[str, float]:
+    """The consumer stage's canaries of these outcomes, summed, per broker
+    (``"delivered", "late"``: read back, in time or late)."""
     samples = probe.metrics()  # once: a topic of hundreds of partitions has a large page
     return {
-        broker: sample(samples, "synthetic_sla_broker_canaries_total",
-                       broker=broker, outcome=outcome, stage="consumer")
+        broker: sum(
+            sample(samples, "synthetic_sla_broker_canaries_total",
+                   broker=broker, outcome=outcome, stage="consumer")
+            for outcome in outcomes
+        )
         for broker in ("1", "2", "3")
     }  # fmt: skip
 
@@ -289,7 +288,7 @@ def test_a_blackholed_broker_fails_its_own_canaries_and_no_other_brokers(
     wait_for(lambda: all(delivered_by(probe, b) > 0 for b in (1, 2, 3)), timeout=90,
              what="canaries through every broker")  # fmt: skip
     failed_before = by_broker(probe, "produce_failed")
-    read_before = read_by_broker(probe)
+    read_before = by_broker(probe, "delivered", "late")
 
     proxies[2].blackhole()
 
@@ -304,7 +303,7 @@ def test_a_blackholed_broker_fails_its_own_canaries_and_no_other_brokers(
     # How soon is a speed figure, not a behaviour (a loaded machine read 14 of those 20
     # rounds by the time the 20th of broker 2's failed), so it is waited for.
     def twenty_rounds_read() -> bool:
-        now = read_by_broker(probe)
+        now = by_broker(probe, "delivered", "late")
         return all(now[broker] >= read_before[broker] + 40 for broker in ("1", "3"))
 
     wait_for(twenty_rounds_read, timeout=60, what="twenty rounds of brokers 1 and 3 read")
@@ -407,21 +406,13 @@ def test_a_broker_slower_to_answer_fetches_than_the_reader_waits_is_late_not_los
                             freshness="3s", loss_timeout="30s")  # fmt: skip
 
     hold = hold_fetches(proxies[2], 1.5)
-    delivered = by_broker(probe, "delivered")
-    late, lost = by_broker(probe, "late"), by_broker(probe, "lost")
+    read_before, lost = by_broker(probe, "delivered", "late"), by_broker(probe, "lost")
     slow_before = over_a_second(probe)
-
-    def arrived_2() -> float:
-        samples = probe.metrics()
-        return sum(
-            sample(samples, "synthetic_sla_broker_canaries_total", broker="2",
-                   outcome=outcome, stage="consumer")
-            for outcome in ("delivered", "late")
-        )  # fmt: skip
 
     # Fifteen rounds of broker 2's partitions (a third of the topic) read back, however
     # late: more than the loss timeout since the first of them was sent.
-    wait_for(lambda: arrived_2() >= delivered["2"] + late["2"] + 15 * FOLLOWED // 3,
+    wait_for(lambda: by_broker(probe, "delivered", "late")["2"]
+             >= read_before["2"] + 15 * FOLLOWED // 3,
              timeout=120, what="fifteen rounds of broker 2's canaries read",
              every=LARGE_TOPIC_POLL)  # fmt: skip
     assert hold.delayed > 0
@@ -432,9 +423,9 @@ def test_a_broker_slower_to_answer_fetches_than_the_reader_waits_is_late_not_los
     # long. How many of theirs a loaded machine makes late or slow is a speed figure,
     # not a behaviour: docs/scale.md keeps it (1 to 3 in a hundred over a second on
     # lanes, one in eight when one consumer read every broker).
-    now_delivered, now_late = by_broker(probe, "delivered"), by_broker(probe, "late")
+    now_read = by_broker(probe, "delivered", "late")
     slow = over_a_second(probe)
-    read = {b: now_delivered[b] + now_late[b] - delivered[b] - late[b] for b in ("1", "2", "3")}
+    read = {b: now_read[b] - read_before[b] for b in ("1", "2", "3")}
     slow_share = {b: (slow[b] - slow_before[b]) / read[b] for b in read}
     for broker in ("1", "3"):
         assert read[broker] >= 10 * FOLLOWED // 3

@@ -20,6 +20,7 @@ bootstrap servers are (the embedded broker's proxy, or Apache Kafka's).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -121,17 +122,13 @@ class GroupMemberFlappingFault:
         try:
             await member.start()
             member.subscribe([self.topic], listener=listener)
-            try:
+            with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(ASSIGNED_WITHIN):
                     await listener.event.wait()
-                self.assigned += 1
-            except TimeoutError:
-                self.unassigned += 1
-                log.warning("flapping member: no assignment in %gs", ASSIGNED_WITHIN)
+            self._tally(listener.event.is_set())
         except KafkaError as exc:
             # The group's broker may be faulted too: the next round tries again.
-            self.unassigned += 1
-            log.warning("flapping member: %s", exc)
+            self._tally(False, exc)
         finally:
             # Leaves the group (LeaveGroup): it rebalances at once. No commit first.
             await member.stop()
@@ -161,17 +158,24 @@ class GroupMemberFlappingFault:
             deadline = time.monotonic() + ASSIGNED_WITHIN
             while not assigned.is_set() and time.monotonic() < deadline:
                 member.poll(0.2)  # records taken and dropped: never committed
-            if assigned.is_set():
-                self.assigned += 1
-            else:
-                self.unassigned += 1
-                log.warning("flapping member: no assignment in %gs", ASSIGNED_WITHIN)
+            self._tally(assigned.is_set())
         except KafkaException as exc:
-            self.unassigned += 1
-            log.warning("flapping member: %s", exc)
+            self._tally(False, exc)
         finally:
             # Leaves the group (a heartbeat with member epoch -1). No commit first.
             member.close()
+
+    def _tally(self, assigned: bool, error: Exception | None = None) -> None:
+        """One join counted: assigned partitions, or not (within ASSIGNED_WITHIN, or
+        cut short by ``error``)."""
+        if assigned:
+            self.assigned += 1
+            return
+        self.unassigned += 1
+        if error is None:
+            log.warning("flapping member: no assignment in %gs", ASSIGNED_WITHIN)
+        else:
+            log.warning("flapping member: %s", error)
 
     def heal(self) -> None:
         """Returns once the member has left for good; raises what the flapping met."""
