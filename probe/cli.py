@@ -264,8 +264,10 @@ def _common(interval_path: str, interval_help: str, *, section: str) -> Callable
                 "stages",
                 "Kafka stages: consumer, sink (Spark), group (a consumer-group member), "
                 "group_consumer (one on the consumer group protocol, KIP-848), share (a "
-                "share-group member, KIP-932; a preview) and transactional (canaries "
-                "written in transactions, read read_committed), e.g. consumer,group.",
+                "share-group member, KIP-932; a preview), transactional (canaries "
+                "written in transactions, read read_committed) and mirror (the canary "
+                "topic as MirrorMaker 2 replicated it to mirror.bootstrap_servers), e.g. "
+                "consumer,group.",
             ),
             _option("group-id", "group.id", "The group stage's consumer group id."),
             _sink_path(),

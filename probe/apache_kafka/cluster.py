@@ -153,11 +153,13 @@ def _property(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-# The releases the pom pins: the newest, which every test runs on, and the oldest
-# 4.x line (its profile ``previous``), which a smoke subset runs on.
+# The releases the pom pins: the newest, which every test runs on, the oldest 4.x
+# line (its profile ``previous``), which a smoke subset runs on, and MirrorMaker 2's
+# (its profile ``mirror``; probe.apache_kafka.mirror), which the mirror stage's run on.
 NEWEST = "newest"
 PREVIOUS = "previous"
-RELEASES = (NEWEST, PREVIOUS)
+MIRROR = "mirror"
+RELEASES = (NEWEST, PREVIOUS, MIRROR)
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
 
@@ -174,14 +176,16 @@ def kafka_version(release: str = NEWEST, pom: Path = POM) -> str:
 
 
 def libs_dir(release: str = NEWEST) -> Path:
-    """Where a release's pinned jars live: ``apache-kafka-<version>`` under
-    ``SLA_PROBE_KAFKA_LIBS``, else under the user's cache."""
+    """Where a release's pinned jars live: ``apache-kafka-<version>`` (MirrorMaker 2's:
+    ``mirrormaker2-<version>``) under ``SLA_PROBE_KAFKA_LIBS``, else under the user's
+    cache."""
     if configured := os.environ.get("SLA_PROBE_KAFKA_LIBS"):
         parent = Path(configured)
     else:
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         parent = cache / "synthetic-sla-probe"
-    return parent / f"apache-kafka-{kafka_version(release)}"
+    name = "mirrormaker2" if release == MIRROR else "apache-kafka"
+    return parent / f"{name}-{kafka_version(release)}"
 
 
 def _pin(release: str) -> str:

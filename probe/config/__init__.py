@@ -29,6 +29,7 @@ its own, which imports only its siblings, never this package:
 - ``once``: OnceConfig, PushGatewayConfig;
 - ``group``: GroupConfig;
 - ``transactions``: TransactionsConfig;
+- ``mirror``: MirrorConfig, MirrorSaslConfig;
 - ``sink``: SinkConfig, RestartConfig;
 - ``reconcile``: ReconcileConfig, ReconcileWindowConfig.
 
@@ -52,6 +53,7 @@ from probe.config.group import GroupConfig
 from probe.config.judging import CanaryConfig, JudgeConfig
 from probe.config.kafka import KafkaConfig, SaslConfig, TlsConfig
 from probe.config.metrics import MetricsConfig, SloConfig
+from probe.config.mirror import MirrorConfig, MirrorSaslConfig
 from probe.config.mqtt import MqttBridgeConfig, MqttConfig, MqttTlsConfig, parse_mqtt_url
 from probe.config.names import CanaryText, KafkaStage, StageName, TargetKind
 from probe.config.once import OnceConfig, PushGatewayConfig
@@ -72,6 +74,8 @@ __all__ = [
     "JudgeConfig",
     "KafkaConfig",
     "MetricsConfig",
+    "MirrorConfig",
+    "MirrorSaslConfig",
     "MqttBridgeConfig",
     "MqttConfig",
     "MqttTlsConfig",
@@ -141,6 +145,7 @@ class ProbeConfig(_Section):
     sink: SinkConfig = SinkConfig()
     group: GroupConfig = GroupConfig()
     transactions: TransactionsConfig = TransactionsConfig()
+    mirror: MirrorConfig = MirrorConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
 
     @field_validator("stages", mode="before")
@@ -151,7 +156,7 @@ class ProbeConfig(_Section):
         if isinstance(stages, list | tuple) and not stages:
             raise ValueError(
                 "must name at least one of: consumer, sink, group, group_consumer, share, "
-                "transactional"
+                "transactional, mirror"
             )
         return tuple(dict.fromkeys(stages)) if isinstance(stages, list | tuple) else stages
 
@@ -338,7 +343,33 @@ def load(
         raise _first_error(exc) from None
     _check_mqtt_target(config)
     _check_canary_size(config)
+    _check_mirror(config)
     return config
+
+
+def _check_mirror(config: ProbeConfig) -> None:
+    """The mirror stage reads another cluster: it must be named, and be another one (a
+    mirror into the source cluster itself under the identity policy would be the
+    canary topic read twice, passing whatever the mirror does)."""
+    if StageName.MIRROR not in config.stages:
+        return
+    mirror = config.mirror
+    if not mirror.bootstrap_servers:
+        raise ConfigError(
+            "mirror.bootstrap_servers",
+            "required by the mirror stage: the brokers of the cluster MirrorMaker 2 "
+            "replicates the canary topic to",
+        )
+    if (
+        mirror.bootstrap_servers == config.kafka.bootstrap_servers
+        and mirror.mirrored_topic(config.kafka.topic) == config.kafka.topic
+    ):
+        raise ConfigError(
+            "mirror.bootstrap_servers",
+            f"names the source cluster and mirror.replication_policy reads the topic "
+            f"{config.kafka.topic} itself: the mirror stage would judge the canary topic, "
+            "not its mirror",
+        )
 
 
 def _apply_secret_variables(tree: dict[str, Any], environ: Mapping[str, str]) -> None:
@@ -356,7 +387,7 @@ def _apply_secret_variables(tree: dict[str, Any], environ: Mapping[str, str]) ->
         section: object = tree
         for name in parents:
             section = section.get(name) if isinstance(section, dict) else None
-        if section is None and section_name == "kafka.sasl":
+        if section is None and section_name in ("kafka.sasl", "mirror.sasl"):
             raise ConfigError(
                 section_name,
                 f"{variable} is set, but there is no {section_name} section "

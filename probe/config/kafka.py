@@ -13,12 +13,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationInfo,
     field_validator,
@@ -53,6 +54,9 @@ class SaslConfig(_Section):
     Its repr, and every dump of the config, shows ``'**********'`` for the password.
     """
 
+    # Where the password is set, as messages name it (the mirror's section has its own).
+    password_setting: ClassVar[str] = "kafka.sasl.password"
+
     mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
     username: str = Field(min_length=1)
     password: SecretStr | None = None
@@ -61,16 +65,16 @@ class SaslConfig(_Section):
     @field_validator("password_file")
     @classmethod
     def _one_password(cls, path: Path | None, info: ValidationInfo) -> Path | None:
-        _one_secret_source(info.data.get("password"), path, "kafka.sasl.password", required=True)
+        _one_secret_source(info.data.get("password"), path, cls.password_setting, required=True)
         return path
 
     def password_value(self) -> str:
         """The password now (read from password_file at each call); ConfigError naming
         kafka.sasl.password_file if the file can no longer be used."""
-        password = _secret_value(self.password, self.password_file, "kafka.sasl.password")
+        password = _secret_value(self.password, self.password_file, self.password_setting)
         # The validator requires one source; a model built bypassing it has none.
         if password is None:
-            raise ConfigError("kafka.sasl.password", "required")
+            raise ConfigError(self.password_setting, "required")
         return password
 
 
@@ -205,3 +209,26 @@ class KafkaConfig(_Section):
     replication_factor: int | None = Field(default=None, ge=1)
     tls: TlsConfig | None = None
     sasl: SaslConfig | None = None
+    # The section these settings were written in, which messages name (a connection's
+    # refusal says which setting to change): ``kafka``, or ``mirror`` for the copy the
+    # mirror stage reads the target cluster with (probe.transport.mirror_config).
+    _section: str = PrivateAttr("kafka")
+
+    @property
+    def section(self) -> str:
+        """The section's name: ``kafka`` or ``mirror``."""
+        return self._section
+
+    def setting(self, name: str) -> str:
+        """A setting's name as its user wrote it.
+
+        >>> KafkaConfig().setting("tls.ca_file")
+        'kafka.tls.ca_file'
+        """
+        return f"{self._section}.{name}"
+
+    def in_section(self, section: str, **update: object) -> KafkaConfig:
+        """A copy with these settings changed, whose messages name ``section``."""
+        copy = self.model_copy(update=update)
+        copy._section = section
+        return copy

@@ -38,6 +38,8 @@ class StageName(StrEnum):
     SHARE = "share"  # Kafka: a member of a share group (KIP-932), acknowledging each
     # Kafka: a read_committed consumer of canaries written in transactions
     TRANSACTIONAL = "transactional"
+    # Kafka: the canary topic as MirrorMaker 2 replicated it to another cluster
+    MIRROR = "mirror"
     MQTT = "mqtt"  # MQTT: a subscriber to the shard topics
     BRIDGE = "bridge"  # MQTT: the Kafka topic an MQTT-to-Kafka bridge fills
 
@@ -52,7 +54,7 @@ GROUP_STAGES = frozenset({StageName.GROUP, StageName.GROUP_CONSUMER, StageName.S
 # Literal list them plainly); held as StageName once validated.
 MqttStage = Annotated[Literal["mqtt", "bridge"], AfterValidator(StageName)]
 KafkaStage = Annotated[
-    Literal["consumer", "sink", "group", "group_consumer", "share", "transactional"],
+    Literal["consumer", "sink", "group", "group_consumer", "share", "transactional", "mirror"],
     AfterValidator(StageName),
 ]
 

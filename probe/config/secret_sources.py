@@ -38,6 +38,7 @@ def read_secret_file(path: Path) -> str:
 # None of them is a flag: a flag's value shows in `ps` and in a Pod's spec.
 SECRET_VARIABLES = {
     "kafka.sasl.password": "SLA_PROBE_KAFKA_SASL_PASSWORD",
+    "mirror.sasl.password": "SLA_PROBE_MIRROR_SASL_PASSWORD",
     "mqtt.password": "SLA_PROBE_MQTT_PASSWORD",
     "once.push_gateway.password": "SLA_PROBE_PUSH_GATEWAY_PASSWORD",
 }

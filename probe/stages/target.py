@@ -70,6 +70,9 @@ SPREAD_SHARE = 0.8
 # every healthy broker then failed at the deadline, and the burn was blamed on all
 # brokers instead of the one cut off. The refresh goes on in the background.
 REFRESH_SHARE = 0.25
+# While settling (after the last round of `once`), stages with readers of their own
+# are covered again this often, seconds.
+SETTLE_REFRESH = 1.0
 
 
 class TargetProbe:
@@ -480,8 +483,14 @@ class TargetProbe:
         as they come, `lost` once past its loss deadline. Gives up after ``within``
         seconds (then expires once more); whether nothing is left pending."""
         deadline = time.monotonic() + within
+        # Stages that read another topic go on covering it: it may appear only now (a
+        # mirror's, which MirrorMaker 2 creates once it has found the canary topic).
+        next_refresh = time.monotonic() + SETTLE_REFRESH
         while self.pending_count() > 0 and time.monotonic() < deadline:
             self.expire(self._clock_ns())
+            if self._readers and time.monotonic() >= next_refresh:
+                await self.refresh()
+                next_refresh = time.monotonic() + SETTLE_REFRESH
             await asyncio.sleep(0.02)
         self.expire(self._clock_ns())
         return self.pending_count() == 0

@@ -142,9 +142,10 @@ class TargetLayout:
     readers: Mapping[StageName, Callable[[GroupRecorder | None], Transport]] = field(
         default_factory=dict
     )
-    # Those of them that read the target's own topic, where a canary's partition is
-    # the one it names.
-    same_topic: frozenset[StageName] = frozenset()
+    # Those of them that read the target's own partitions, where a canary's partition
+    # is the one it names: the canary topic itself, or its mirror (MirrorMaker 2 writes
+    # a record to the partition it was read from).
+    same_partitions: frozenset[StageName] = frozenset()
     # Every this many rounds one is written in transactions and aborted (the
     # transactional stage's writes; see probe.stages.producer); 0: never.
     abort_every: int = 0
@@ -152,7 +153,7 @@ class TargetLayout:
     def routed(self, stage: StageName) -> bool:
         """Whether the stage reads a canary from the partition the canary names: a
         stage reading another topic reads wherever that topic's writer put it."""
-        return stage not in self.readers or stage in self.same_topic
+        return stage not in self.readers or stage in self.same_partitions
 
 
 class TargetKindSpec(Protocol):
@@ -193,6 +194,9 @@ class _Kafka:
         if StageName.SHARE in config.stages:
             stages += (StageName.SHARE,)
             readers[StageName.SHARE] = lambda recorder: self.share_reader(config, recorder)
+        if StageName.MIRROR in config.stages:
+            stages += (StageName.MIRROR,)
+            readers[StageName.MIRROR] = lambda _: self.mirror_reader(config)
         abort_every = 0
         if StageName.TRANSACTIONAL in config.stages:
             stages += (StageName.TRANSACTIONAL,)
@@ -206,7 +210,7 @@ class _Kafka:
             config.kafka.send_timeout,
             spacing,
             readers,
-            same_topic=frozenset(readers),
+            same_partitions=frozenset(readers),
             abort_every=abort_every,
         )
 
@@ -242,6 +246,18 @@ class _Kafka:
         from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
 
         return KafkaTransport(config.kafka, writes=False, read_committed=True)
+
+    def mirror_reader(self, config: ProbeConfig) -> Transport:
+        """The mirror stage's reader: the mirrored canary topic on the target cluster,
+        read whole, never created (MirrorMaker 2 creates it). It connects when it can:
+        a target cluster down must not keep the source's stages from judging."""
+        from probe.transport.deferred import DeferredReader  # noqa: PLC0415
+        from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
+
+        kafka = mirror_config(config).kafka
+        return DeferredReader(
+            lambda: KafkaTransport(kafka, writes=False), kafka.topic, StageName.MIRROR
+        )
 
     def reader(self, config: ProbeConfig) -> Transport:
         """A transport that only reads a topic someone else fills (the bridge's)."""
@@ -323,6 +339,25 @@ def bridge_config(config: ProbeConfig) -> ProbeConfig:
     assert config.mqtt.bridge is not None
     kafka = config.kafka.model_copy(
         update={"topic": config.mqtt.bridge.topic, "create_topic": False}
+    )
+    return config.model_copy(update={"kafka": kafka})
+
+
+def mirror_config(config: ProbeConfig) -> ProbeConfig:
+    """The Kafka settings the mirror stage reads with: the target cluster's connection
+    (mirror section), the mirrored topic, never creating it or moving its leaders, and
+    the kafka section's reading settings."""
+    mirror = config.mirror
+    kafka = config.kafka.in_section(
+        "mirror",
+        bootstrap_servers=mirror.bootstrap_servers,
+        tls=mirror.tls,
+        sasl=mirror.sasl,
+        topic=mirror.mirrored_topic(config.kafka.topic),
+        create_topic=False,
+        move_leaders=False,
+        partitions=None,
+        replication_factor=None,
     )
     return config.model_copy(update={"kafka": kafka})
 

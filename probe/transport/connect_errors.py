@@ -69,14 +69,20 @@ class Client:
     rename: str  # besides the address: how to check the certificate for another name
 
 
-KAFKA = Client(
-    protocol="Kafka",
-    address="kafka.bootstrap_servers",
-    tls="kafka.tls",
-    needs_tls="kafka.tls",
-    needs_no_tls="kafka.tls",
-    rename="set kafka.tls.check_hostname: false",
-)
+def kafka_client(section: str = "kafka") -> Client:
+    """A Kafka connection's settings, in the section they were written in (``kafka``,
+    or ``mirror`` for the target cluster of the mirror stage)."""
+    return Client(
+        protocol="Kafka",
+        address=f"{section}.bootstrap_servers",
+        tls=f"{section}.tls",
+        needs_tls=f"{section}.tls",
+        needs_no_tls=f"{section}.tls",
+        rename=f"set {section}.tls.check_hostname: false",
+    )
+
+
+KAFKA = kafka_client()
 MQTT = Client(
     protocol="MQTT",
     address="mqtt.url",

@@ -253,7 +253,7 @@ class KafkaTransport:
         read_committed: bool = False,
     ) -> None:
         if not config.bootstrap_servers:
-            raise TransportError("kafka.bootstrap_servers is not set")
+            raise TransportError(f"{config.setting('bootstrap_servers')} is not set")
         self._config = config
         self._topic = config.topic
         self._credentials = CredentialFiles(config)
@@ -441,9 +441,10 @@ class KafkaTransport:
         if found:
             await self._follow_leaders(client.cluster)
             await self._look_up_topic_state(client.cluster)
-        if not found and self._assigned:
-            # The topic is gone (deleted, or a broker that lost its storage): whatever
-            # has this name next is a new log.
+        if not found:
+            # The topic is gone (deleted, or a broker that lost its storage), or not
+            # there yet (a mirror's, which MirrorMaker 2 creates, then fills from the
+            # source's start): whatever has this name next is a new log, read whole.
             self._restarted = True
         return sorted(found) if found else []
 

@@ -44,9 +44,9 @@ from aiokafka.errors import (
 from probe.config import KafkaConfig
 from probe.core.errors import ConfigError, ConnectFailed, ConnectFailure, TransportError
 from probe.transport.connect_errors import (
-    KAFKA,
     Diagnosis,
     Request,
+    kafka_client,
     listener_problem,
     other,
     shown,
@@ -87,19 +87,22 @@ def sasl_problem(
     mechanism: str,
     username: str,
     password_setting: str = "kafka.sasl.password",
+    *,
+    section: str = "kafka.sasl",
 ) -> Diagnosis:
     """aiokafka's SASL error, named with the mechanism and the user (never the password);
-    ``password_setting``: where the password came from (kafka.sasl.password_file)."""
+    ``password_setting``: where the password came from (kafka.sasl.password_file);
+    ``section``: the SASL section's name (mirror.sasl for the mirror's cluster)."""
     said = _broker_said(error)
     if isinstance(error, UnsupportedSaslMechanismError):
-        how = f"set kafka.sasl.mechanism to one it offers ({said})"
+        how = f"set {section}.mechanism to one it offers ({said})"
         what = f"the broker does not offer SASL mechanism {mechanism}"
     elif isinstance(error, IllegalSaslStateError):
         what = f"the listener does not take SASL ({said})"
-        how = "it may not need kafka.sasl"
+        how = f"it may not need {section}"
     else:
         what = f"SASL authentication failed for user {username!r} with {mechanism} ({said})"
-        how = f"check kafka.sasl.username and {password_setting} (and kafka.sasl.mechanism)"
+        how = f"check {section}.username and {password_setting} (and {section}.mechanism)"
     return Diagnosis(ConnectFailure.SASL_FAILED, f"cannot connect to {where}: {what}: {how}")
 
 
@@ -132,7 +135,13 @@ def _listener_problem(
     """Layers 1 to 3 with ApiVersions; None when the broker answered Kafka."""
     request = Request(_api_versions_request(config.client_id), "ApiVersions", 8, answered_kafka)
     return listener_problem(
-        KAFKA, request, host, port, context=context, timeout=config.send_timeout, tls=config.tls
+        kafka_client(config.section),
+        request,
+        host,
+        port,
+        context=context,
+        timeout=config.send_timeout,
+        tls=config.tls,
     )
 
 
@@ -160,10 +169,14 @@ async def _sasl_problem(
         UnsupportedSaslMechanismError,
         IllegalSaslStateError,
     ) as exc:
+        section = config.setting("sasl")
+        where = shown(host, port)
         if sasl.password_file is None:
-            return sasl_problem(shown(host, port), exc, sasl.mechanism, sasl.username)
+            return sasl_problem(
+                where, exc, sasl.mechanism, sasl.username, f"{section}.password", section=section
+            )
         problem = sasl_problem(
-            shown(host, port), exc, sasl.mechanism, sasl.username, "kafka.sasl.password_file"
+            where, exc, sasl.mechanism, sasl.username, f"{section}.password_file", section=section
         )
         read_again = f"{sasl.password_file} is read again when it changes"
         return Diagnosis(problem.reason, f"{problem.message}; {read_again}")

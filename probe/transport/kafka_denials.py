@@ -37,7 +37,7 @@ def principal(config: KafkaConfig) -> str:
     if config.sasl is not None:
         return f"User:{config.sasl.username}"
     if config.tls is not None and config.tls.cert_file is not None:
-        return f"the subject of kafka.tls.cert_file ({config.tls.cert_file})"
+        return f"the subject of {config.setting('tls.cert_file')} ({config.tls.cert_file})"
     return "User:ANONYMOUS"
 
 

@@ -68,7 +68,7 @@ def aiokafka_security(kafka: KafkaConfig) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if kafka.tls is not None:
         options["security_protocol"] = "SSL"
-        options["ssl_context"] = _tls_context(kafka.tls)
+        options["ssl_context"] = _tls_context(kafka.tls, kafka.setting("tls"))
     if kafka.sasl is not None:
         options["security_protocol"] = "SASL_SSL" if kafka.tls else "SASL_PLAINTEXT"
     return {**options, **aiokafka_login(kafka.sasl)}
@@ -86,24 +86,25 @@ def aiokafka_login(sasl: SaslConfig | None) -> dict[str, str]:
     }
 
 
-def _tls_context(tls: TlsConfig) -> ssl.SSLContext:
+def _tls_context(tls: TlsConfig, section: str = "kafka.tls") -> ssl.SSLContext:
     """The clients' TLS context: what aiokafka's create_ssl_context makes (a default
     client context, with the CA file if given, else the system trust store), without
-    importing aiokafka; a file it cannot use is a ConfigError naming the setting."""
+    importing aiokafka; a file it cannot use is a ConfigError naming the setting (in
+    ``section``)."""
     try:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=tls.ca_file)
     except (OSError, ValueError) as exc:
-        raise ConfigError("kafka.tls.ca_file", _unusable(tls.ca_file, exc)) from exc
+        raise ConfigError(f"{section}.ca_file", _unusable(tls.ca_file, exc)) from exc
     if tls.cert_file is not None and tls.key_file is not None:
         for field, path in (("cert_file", tls.cert_file), ("key_file", tls.key_file)):
             if not path.is_file():
-                raise ConfigError(f"kafka.tls.{field}", f"{path}: no such file")
+                raise ConfigError(f"{section}.{field}", f"{path}: no such file")
         try:
             context.load_cert_chain(tls.cert_file, tls.key_file, password=_no_key_password)
         except (OSError, ValueError) as exc:
             raise ConfigError(
-                "kafka.tls.cert_file",
-                f"{_unusable(tls.cert_file, exc)} with kafka.tls.key_file {tls.key_file}: "
+                f"{section}.cert_file",
+                f"{_unusable(tls.cert_file, exc)} with {section}.key_file {tls.key_file}: "
                 "they must be a PEM certificate and its unencrypted private key",
             ) from exc
     context.check_hostname = tls.check_hostname

@@ -55,5 +55,10 @@ def test_the_pom_pins_a_newest_release_with_share_groups_and_a_previous_4_0_or_4
     # Each release its own jars, under SLA_PROBE_KAFKA_LIBS when set.
     monkeypatch.setenv("SLA_PROBE_KAFKA_LIBS", str(tmp_path))
     dirs = {kafka_cluster.libs_dir(r) for r in kafka_cluster.RELEASES}
-    assert dirs == {tmp_path / f"apache-kafka-{newest}", tmp_path / f"apache-kafka-{previous}"}
+    mirror = kafka_cluster.kafka_version(kafka_cluster.MIRROR)
+    assert dirs == {
+        tmp_path / f"apache-kafka-{newest}",
+        tmp_path / f"apache-kafka-{previous}",
+        tmp_path / f"mirrormaker2-{mirror}",
+    }
     assert not kafka_cluster.installed(release=kafka_cluster.PREVIOUS)
