@@ -166,18 +166,21 @@ def quantile(q: float, buckets: list[tuple[float, float]]) -> float:
     return lower
 
 
-def latency_buckets(before: Samples, after: Samples) -> list[tuple[float, float]]:
+def latency_buckets(
+    before: Samples, after: Samples, stage: str = "consumer"
+) -> list[tuple[float, float]]:
+    """The stage's latency histogram between two scrapes: (upper bound, cumulative)."""
     bounds = sorted(
         {
             float(dict(ls)["le"])
             for (n, ls) in after
-            if n == "synthetic_sla_e2e_latency_seconds_bucket" and ("stage", "consumer") in ls
+            if n == "synthetic_sla_e2e_latency_seconds_bucket" and ("stage", stage) in ls
         }
     )
 
     def at(samples: Samples, bound: float) -> float:
         le = "+Inf" if bound == float("inf") else repr(bound)
-        return total(samples, "synthetic_sla_e2e_latency_seconds_bucket", stage="consumer", le=le)
+        return total(samples, "synthetic_sla_e2e_latency_seconds_bucket", stage=stage, le=le)
 
     return [(b, at(after, b) - at(before, b)) for b in bounds]
 

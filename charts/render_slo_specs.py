@@ -44,6 +44,7 @@ EVERY_STAGE = [
     "group_consumer",
     "share",
     "transactional",
+    "mirror",
     "sink",
     "mqtt",
     "bridge",

@@ -31,6 +31,8 @@ SASL_USER = {"mechanism": "SCRAM-SHA-512", "username": "sla-probe"}
 SECURED = {
     "config": {
         "kafka": {"bootstrap_servers": "kafka-0.kafka:9093", "sasl": SASL_USER},
+        "stages": ["consumer", "mirror"],
+        "mirror": {"bootstrap_servers": "dr-kafka-0.dr:9093", "sasl": SASL_USER},
         "mqtt": {"url": "mqtts://mqtt.example:8883", "username": "probe"},
         "targets": ["kafka", "mqtt"],
         "sink": {"path": "s3a://sla/orders"},
@@ -39,6 +41,11 @@ SECURED = {
     "kafka": {
         "sasl": {"existingSecret": {"name": "kafka-user", "key": "password"}},
         "tls": {"existingSecret": "kafka-client-tls"},
+    },
+    # The mirror stage's target cluster: credentials of its own.
+    "mirror": {
+        "sasl": {"existingSecret": {"name": "dr-user", "key": "password"}},
+        "tls": {"existingSecret": "dr-ca", "certKey": ""},
     },
     "mqtt": {
         "existingSecret": {"name": "mqtt-user", "key": "pw"},
@@ -54,6 +61,8 @@ MOUNTS = {
         "kafka-client-tls",
         {"ca.crt": "ca.crt", "tls.crt": "tls.crt", "tls.key": "tls.key"},
     ),
+    "mirror-sasl": ("dr-user", {"password": "password"}),
+    "mirror-tls": ("dr-ca", {"ca.crt": "ca.crt"}),
     "mqtt-password": ("mqtt-user", {"pw": "password"}),
     "mqtt-tls": ("mqtt-ca", {"ca.crt": "ca.crt"}),
 }
@@ -101,6 +110,11 @@ def test_passwords_and_keys_come_from_existing_secrets(tmp_path: Path) -> None:
             "cert_file": "/etc/sla-probe/kafka-tls/tls.crt",
             "key_file": "/etc/sla-probe/kafka-tls/tls.key",
         }
+        assert written["mirror"]["sasl"] == {
+            **SASL_USER,
+            "password_file": "/etc/sla-probe/mirror-sasl/password",
+        }
+        assert written["mirror"]["tls"] == {"ca_file": "/etc/sla-probe/mirror-tls/ca.crt"}
         assert written["mqtt"]["password_file"] == "/etc/sla-probe/mqtt-password/password"
         assert written["mqtt"]["tls"] == {"ca_file": "/etc/sla-probe/mqtt-tls/ca.crt"}
 
@@ -118,6 +132,8 @@ def test_the_rendered_config_is_one_the_probe_loads(tmp_path: Path) -> None:
     config = probe_config.load(path)
     assert config.kafka.sasl is not None
     assert config.kafka.sasl.password_value() == PASSWORD
+    assert config.mirror.sasl is not None
+    assert config.mirror.sasl.password_value() == PASSWORD
     assert config.mqtt.password_value() == PASSWORD
 
 
@@ -202,6 +218,11 @@ def test_no_password_in_any_manifest_but_the_config_secret(values: dict[str, Any
         ({"config": {"kafka": {"sasl": {"password_file": "/x"}}}}, r"kafka\.sasl\.password_file"),
         ({"config": {"kafka": {"tls": {"ca_file": "/x"}}}}, r"config\.kafka\.tls\.ca_file"),
         ({"config": {"mqtt": {"password": PASSWORD}}}, r"config\.mqtt\.password"),
+        (
+            {"config": {"mirror": {"sasl": {"password": PASSWORD}}}},
+            r"config\.mirror\.sasl\.password",
+        ),
+        ({"config": {"mirror": {"tls": {"ca_file": "/x"}}}}, r"config\.mirror\.tls\.ca_file"),
     ],
 )
 def test_a_secret_given_twice_is_refused(change: dict[str, Any], complaint: str) -> None:

@@ -35,7 +35,8 @@ PYRRA_DIR = ROOT / "charts" / "pyrra"
 PLAIN_RULES = ROOT / "charts" / "prometheus" / "synthetic-sla-probe.rules.yml"
 SLOTH_UNIT_TEST = ROOT / "tests" / "rules" / "sloth" / "burn.yml"
 STAGES = (
-    "consumer", "group", "group_consumer", "share", "transactional", "sink", "mqtt", "bridge",
+    "consumer", "group", "group_consumer", "share", "transactional", "mirror", "sink", "mqtt",
+    "bridge",
 )  # fmt: skip
 # Spark on, so both thresholds are in play; the probes' own values otherwise.
 KAFKA_AND_SPARK = VALUE_SETS["all-features"]

@@ -134,8 +134,8 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- if and (hasKey $config "kafka") (not (dig "kafka" "bootstrap_servers" "" $config)) -}}
 {{- $_ := unset (get $config "kafka") "bootstrap_servers" -}}
 {{- end -}}
-{{- if and (or (dig "kafka" "sasl" "password" nil $config) (dig "mqtt" "password" nil $config) (dig "once" "push_gateway" "password" nil $config)) (not $values.storeConfigInSecret) -}}
-{{- fail "config holds a password (kafka.sasl.password, mqtt.password or once.push_gateway.password): take it from a Secret (kafka.sasl.existingSecret, mqtt.existingSecret, smokeTest.pushGateway.existingSecret), or set storeConfigInSecret=true so the config goes into a Secret" -}}
+{{- if and (or (dig "kafka" "sasl" "password" nil $config) (dig "mirror" "sasl" "password" nil $config) (dig "mqtt" "password" nil $config) (dig "once" "push_gateway" "password" nil $config)) (not $values.storeConfigInSecret) -}}
+{{- fail "config holds a password (kafka.sasl.password, mirror.sasl.password, mqtt.password or once.push_gateway.password): take it from a Secret (kafka.sasl.existingSecret, mirror.sasl.existingSecret, mqtt.existingSecret, smokeTest.pushGateway.existingSecret), or set storeConfigInSecret=true so the config goes into a Secret" -}}
 {{- end -}}
 {{- include "synthetic-sla-probe.secretFiles" (dict "values" $values "config" $config) -}}
 {{- $metrics := dict "host" "0.0.0.0" "port" (int $values.service.port) "latency_threshold" $values.slo.latency.thresholdSeconds -}}
@@ -180,23 +180,26 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 
 {{/*
 Points the config (.config, changed in place) at the files of kafka.sasl.existingSecret,
-kafka.tls.existingSecret, mqtt.existingSecret and mqtt.tls.existingSecret, refusing a
-config that gives them itself: which of two passwords is used must never be a guess.
+kafka.tls.existingSecret, their mirror.* twins (the mirror stage's target cluster),
+mqtt.existingSecret and mqtt.tls.existingSecret, refusing a config that gives them
+itself: which of two passwords is used must never be a guess.
 */}}
 {{- define "synthetic-sla-probe.secretFiles" -}}
 {{- $values := .values -}}
 {{- $config := .config -}}
-{{- with $values.kafka.sasl.existingSecret.name -}}
-{{- $sasl := dig "kafka" "sasl" nil $config -}}
+{{- range $section := list "kafka" "mirror" -}}
+{{- with (get $values $section).sasl.existingSecret.name -}}
+{{- $sasl := dig $section "sasl" nil $config -}}
 {{- if not (and $sasl (kindIs "map" $sasl)) -}}
-{{- fail "kafka.sasl.existingSecret needs config.kafka.sasl.mechanism and config.kafka.sasl.username" -}}
+{{- fail (printf "%s.sasl.existingSecret needs config.%s.sasl.mechanism and config.%s.sasl.username" $section $section $section) -}}
 {{- end -}}
 {{- range list "password" "password_file" -}}
 {{- if hasKey $sasl . -}}
-{{- fail (printf "config.kafka.sasl.%s: give the password by kafka.sasl.existingSecret or in the config, not both" .) -}}
+{{- fail (printf "config.%s.sasl.%s: give the password by %s.sasl.existingSecret or in the config, not both" $section . $section) -}}
 {{- end -}}
 {{- end -}}
-{{- $_ := set $sasl "password_file" "/etc/sla-probe/kafka-sasl/password" -}}
+{{- $_ := set $sasl "password_file" (printf "/etc/sla-probe/%s-sasl/password" $section) -}}
+{{- end -}}
 {{- end -}}
 {{- with $values.mqtt.existingSecret.name -}}
 {{- $mqtt := dig "mqtt" (dict) $config -}}
@@ -208,7 +211,7 @@ config that gives them itself: which of two passwords is used must never be a gu
 {{- $_ := set $mqtt "password_file" "/etc/sla-probe/mqtt-password/password" -}}
 {{- $_ := set $config "mqtt" $mqtt -}}
 {{- end -}}
-{{- range $section := list "kafka" "mqtt" -}}
+{{- range $section := list "kafka" "mqtt" "mirror" -}}
 {{- $secret := get $values $section | dig "tls" (dict) -}}
 {{- if or $secret.existingSecret $secret.caSecret -}}
 {{- $parent := dig $section (dict) $config -}}
@@ -235,19 +238,21 @@ config that gives them itself: which of two passwords is used must never be a gu
 {{- end -}}
 
 {{/*
-The Secrets of kafka.sasl, kafka.tls, mqtt and mqtt.tls as volumes, each key under the
+The Secrets of kafka.sasl, kafka.tls, mirror.sasl, mirror.tls, mqtt and mqtt.tls as volumes, each key under the
 file name secretFiles points the config at (a key missing from its Secret keeps the pod
 from starting, which says why, rather than the probe failing later on a missing file).
 */}}
 {{- define "synthetic-sla-probe.secretVolumes" -}}
 {{- $volumes := list -}}
-{{- with .Values.kafka.sasl.existingSecret }}{{ if .name -}}
-{{- $volumes = append $volumes (dict "name" "kafka-sasl" "secret" (dict "secretName" .name "defaultMode" 256 "items" (list (dict "key" .key "path" "password")))) -}}
+{{- range $section := list "kafka" "mirror" -}}
+{{- with (get $.Values $section).sasl.existingSecret }}{{ if .name -}}
+{{- $volumes = append $volumes (dict "name" (printf "%s-sasl" $section) "secret" (dict "secretName" .name "defaultMode" 256 "items" (list (dict "key" .key "path" "password")))) -}}
 {{- end }}{{ end -}}
+{{- end -}}
 {{- with .Values.mqtt.existingSecret }}{{ if .name -}}
 {{- $volumes = append $volumes (dict "name" "mqtt-password" "secret" (dict "secretName" .name "defaultMode" 256 "items" (list (dict "key" .key "path" "password")))) -}}
 {{- end }}{{ end -}}
-{{- range $section := list "kafka" "mqtt" -}}
+{{- range $section := list "kafka" "mqtt" "mirror" -}}
 {{- $secret := get $.Values $section | dig "tls" (dict) -}}
 {{- if $secret.caSecret -}}
 {{- $volumes = append $volumes (dict "name" (printf "%s-tls-ca" $section) "secret" (dict "secretName" $secret.caSecret "defaultMode" 256 "items" (list (dict "key" ($secret.caKey | default "ca.crt") "path" "ca.crt")))) -}}
