@@ -337,6 +337,16 @@ def test_recorded_three_broker_metadata_becomes_per_broker_series() -> None:
     assert sample(samples, "synthetic_sla_broker_canaries_total", broker="2", outcome="lost") == 1
     assert sample(samples, "synthetic_sla_broker_e2e_latency_seconds_count", broker="2") == 1
     assert sample(samples, "synthetic_sla_canaries_total", outcome="delivered") == 2
+    # The mirror stage judges the mirror, not its canaries' source leaders: its fates
+    # are counted per stage only, so a stopped mirror burns no broker's budget.
+    metrics.declare_stage("kafka", "mirror", judge)
+    metrics.count("kafka", "mirror", [Fate(key, 0, Outcome.LOST, None, broker=2)])
+    samples = _samples(registry)
+    assert sample(samples, "synthetic_sla_canaries_total", stage="mirror", outcome="lost") == 1
+    assert not any(
+        name.startswith("synthetic_sla_broker_") and ("stage", "mirror") in labels
+        for name, labels in samples
+    )
 
 
 def _labels(**labels: str) -> tuple[tuple[str, str], ...]:

@@ -231,7 +231,35 @@ def cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-class KafkaNode(LoopbackServer):
+class JvmServer(LoopbackServer):
+    """A JVM of the tests' (a Kafka node, MirrorMaker 2) that faults stop, kill, pause
+    and resume."""
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL. A paused process is resumed first: it would take the
+        SIGTERM only then."""
+        self.resume()
+        super().stop(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, unflushed writes lost as in a crash."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(30)
+        self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the process holds its sockets and answers nothing."""
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGCONT)
+
+
+class KafkaNode(JvmServer):
     """One combined broker and controller. ``port`` is its client listener."""
 
     # A cold JVM on a shared two-core machine: class loading and log recovery.
@@ -327,27 +355,8 @@ class KafkaNode(LoopbackServer):
         return self.java("kafka.Kafka", str(self.properties))
 
     def stop(self, timeout: float = 60.0) -> None:
-        """SIGTERM: a controlled shutdown (its leaderships move first), then SIGKILL.
-        A paused node is resumed first: it would take the SIGTERM only then."""
-        self.resume()
+        """SIGTERM: a controlled shutdown (its leaderships move first), then SIGKILL."""
         super().stop(timeout)
-
-    def kill(self) -> None:
-        """SIGKILL: no controlled shutdown, unflushed writes lost as in a crash."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait(30)
-        self._process = None
-
-    def pause(self) -> None:
-        """SIGSTOP: the process holds its sockets and answers nothing."""
-        if self.pid is not None:
-            os.kill(self.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self.pid is not None:
-            os.kill(self.pid, signal.SIGCONT)
 
     def state(self) -> str:
         """Running (with its pid) or exited (with its exit code), and the last three

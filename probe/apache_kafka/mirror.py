@@ -19,14 +19,19 @@ the offsets it committed in the target cluster.
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from probe.apache_kafka.cluster import _LOG4J2, JAVA_OPTIONS, MIRROR, QUICK_START, libs_dir
+from probe.apache_kafka.cluster import (
+    _LOG4J2,
+    JAVA_OPTIONS,
+    MIRROR,
+    QUICK_START,
+    JvmServer,
+    libs_dir,
+)
 from probe.core.errors import TransportError
-from probe.embedded import LoopbackServer
 
 # MirrorMaker 2's own names for its two replication policies: ``default`` prefixes a
 # replicated topic with the source cluster's alias (``source.synthetic-sla``),
@@ -58,7 +63,7 @@ TEST_SETTINGS: Mapping[str, str] = {
 }
 
 
-class MirrorMaker2(LoopbackServer):
+class MirrorMaker2(JvmServer):
     """One MirrorMaker 2 process replicating ``topics`` (a regular expression, as its
     setting takes) from ``source`` to ``target`` (bootstrap server lists), named by
     the aliases given, under ``policy``. ``port`` is its internal REST server's."""
@@ -122,16 +127,6 @@ class MirrorMaker2(LoopbackServer):
             str(self.properties),
         ]
 
-    def pause(self) -> None:
-        """SIGSTOP: a mirror that hangs, its connections open, replicating nothing."""
-        if self._process is not None and self.running:
-            self._process.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self._process is not None and self.running:
-            self._process.send_signal(signal.SIGCONT)
-
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM (a paused mirror resumed first, to take it), then SIGKILL."""
-        self.resume()
+        """SIGTERM (its tasks commit their offsets), then SIGKILL."""
         super().stop(timeout)

@@ -50,6 +50,13 @@ class StageName(StrEnum):
 GROUP_STAGES = frozenset({StageName.GROUP, StageName.GROUP_CONSUMER, StageName.SHARE})
 
 
+# The stages whose canaries are not counted per broker (synthetic_sla_broker_*): the
+# broker of a canary is its source partition's leader, and what the mirror stage judges
+# is the mirror, which reads every source broker alike. Counted per broker, a stopped
+# mirror burned every broker's budget at once, and the per-broker ticket named them all.
+NOT_PER_BROKER = frozenset({StageName.MIRROR})
+
+
 # The stages each kind of target may name, as users write them (the messages of a
 # Literal list them plainly); held as StageName once validated.
 MqttStage = Annotated[Literal["mqtt", "bridge"], AfterValidator(StageName)]

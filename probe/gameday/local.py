@@ -40,7 +40,8 @@ from pathlib import Path
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from probe.apache_kafka.cluster import KafkaCluster, installed
+from probe.apache_kafka.cluster import MIRROR, KafkaCluster, installed
+from probe.apache_kafka.mirror import MirrorMaker2
 from probe.config import StageName
 from probe.core.errors import ProbeError
 from probe.embedded import EmbeddedBroker, Started, free_loopback_port
@@ -214,6 +215,26 @@ class LocalEnvironment(Started):
                 node_id: TcpProxy(self.cluster.node(node_id).port, port=port, kafka=kafka)
                 for node_id, port in proxy_ports.items()
             }
+        # With the mirror stage: a target cluster of one broker, and MirrorMaker 2
+        # replicating the canary topic to it under the probe's own mirror settings. It
+        # reads the source through the proxies, as the probe does: a network fault
+        # between the brokers and their clients reaches the mirror too.
+        self.mirror_cluster: KafkaCluster | None = None
+        self.mirror: MirrorMaker2 | None = None
+        mirrored_topic = None
+        if StageName.MIRROR in self.config.stages and self.cluster is not None:
+            mirror = self.config.mirror
+            self.mirror_cluster = KafkaCluster(1, workdir=workdir / "mirror-target")
+            self.mirror = MirrorMaker2(
+                ",".join(f"127.0.0.1:{port}" for port in proxy_ports.values()),
+                self.mirror_cluster.bootstrap_servers,
+                workdir=workdir / "mirrormaker2",
+                topics=self.topic,
+                policy=mirror.replication_policy,
+                source_alias=mirror.source_alias,
+                settings={"replication.policy.separator": mirror.separator},
+            )
+            mirrored_topic = mirror.mirrored_topic(self.topic)
         else:
             proxy_port = free_loopback_port()
             self.broker = ProxiedBroker(proxy_port, log_file=workdir / "broker.log")
@@ -246,6 +267,9 @@ class LocalEnvironment(Started):
             cluster=self.cluster,
             broker_proxies=self.broker_proxies,
             group_id=self.config.group.id,
+            mirror=self.mirror,
+            mirror_cluster=self.mirror_cluster,
+            mirrored_topic=mirrored_topic,
         )
 
     @property
@@ -266,6 +290,14 @@ class LocalEnvironment(Started):
             self.broker.start()
         if self.cluster is not None:
             self.cluster.start()
+        if self.mirror is not None and self.mirror_cluster is not None:
+            if not installed(self.mirror.libs, MIRROR):
+                raise LocalEnvironmentError(
+                    f"the mirror stage needs MirrorMaker 2's jars, not in {self.mirror.libs}: "
+                    "run `make kafka` (python -m probe.apache_kafka install) first"
+                )
+            self.mirror_cluster.start()
+            self.mirror.start()
         subprocess.run(
             [*sla_probe_command(), "keygen", "--output", str(self.key_file), "--force"],
             check=True,
@@ -281,6 +313,11 @@ class LocalEnvironment(Started):
             "topic": self.topic,
         }
         tree["metrics"] = {**tree.get("metrics", {}), "port": self.probe.metrics_port}
+        if self.mirror_cluster is not None:
+            tree["mirror"] = {
+                **tree.get("mirror", {}),
+                "bootstrap_servers": self.mirror_cluster.bootstrap_servers,
+            }
         if StageName.SINK in self.config.stages:
             # Tables, checkpoint and Spark's own log (spark.log) beside the run's logs.
             tree["sink"] = {"path": str(self.workdir / "sink"), **tree.get("sink", {})}
@@ -333,6 +370,9 @@ class LocalEnvironment(Started):
             # Killed, not shut down: the run's data is thrown away, and three nodes in
             # controlled shutdown at once wait on a quorum that is leaving with them.
             stops += [node.kill for node in self.cluster.nodes.values()]
+        if self.mirror is not None and self.mirror_cluster is not None:
+            stops.insert(0, self.mirror.kill)
+            stops += [node.kill for node in self.mirror_cluster.nodes.values()]
         stops += [proxy.stop for proxy in self.targets.proxies]
         for stop in stops:
             try:

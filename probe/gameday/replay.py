@@ -45,6 +45,10 @@ TIME_VALUED = frozenset(
         "synthetic_sla_spark_seconds_since_last_batch",
     }
 )
+# Gauges whose value is a moment on the wall clock (seconds since the epoch), which the
+# rules hold against time(): placed on the replay's clock as the live times are, and
+# keeping up with it through the healthy history and tail.
+TIMESTAMP_VALUED = frozenset({"synthetic_sla_mirror_heartbeat_timestamp_seconds"})
 # The series the rules read: the probe's own, and the scrape health of its job.
 PROBE_SERIES = '{__name__=~"synthetic_sla_.+|up"}'
 _COUNTER_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
@@ -114,11 +118,12 @@ def _number(value: float) -> str:
 def series_values(series: RecordedSeries, plan: ReplayPlan, live_points: int) -> str:
     """promtool's expanding notation for one series: history, then the live samples."""
     scale = plan.factor if series.name in TIME_VALUED else 1.0
+    stamps = series.name in TIMESTAMP_VALUED
     by_index: dict[int, float] = {}
     for at, value in series.samples:
         index = round((at - plan.live_start) / plan.live_step)
         if 0 <= index < live_points:
-            by_index[index] = value * scale
+            by_index[index] = plan.replay_time(value) if stamps else value * scale
     live = [by_index.get(i) for i in range(live_points)]
     steady = [
         v for i, v in enumerate(live) if v is not None and _live_at(plan, i) < plan.fault_start
@@ -132,7 +137,14 @@ def series_values(series: RecordedSeries, plan: ReplayPlan, live_points: int) ->
     last = last[-_TAIL_BASIS:]
     history = plan.history_steps
     parts: list[str] = []
-    if _is_counter(series.name):
+    if stamps:
+        step = _number(plan.step)
+        if history:
+            parts.append(f"0+{step}x{history - 1}")
+        parts.extend("_" if value is None else _number(value) for value in live)
+        if plan.tail_steps and last:
+            parts.append(f"{_number(last[-1] + plan.step)}+{step}x{plan.tail_steps - 1}")
+    elif _is_counter(series.name):
         rate = _steady_rate(steady)
         if steady and history:
             parts.append(f"0+{_number(rate)}x{history - 1}")

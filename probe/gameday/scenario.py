@@ -410,6 +410,42 @@ class KafkaReassignment(_Section):
     complete_timeout: Duration = 120.0
 
 
+# --- Faults of the mirror (a probe with the mirror stage, on Apache Kafka): MirrorMaker 2
+# between the probe's cluster and a target cluster of one broker, both the run's own ---
+
+
+class MirrorStop(_Section):
+    """MirrorMaker 2 stopped (SIGTERM: its tasks commit their offsets) for the fault
+    phase, started again at heal: it copies on from the offsets it committed."""
+
+    kind: Literal["mirror-stop"]
+
+
+class MirrorStall(_Section):
+    """MirrorMaker 2 frozen (SIGSTOP) for ``pause`` out of every ``every`` through the
+    fault phase: a Connect worker starved of CPU or in long GC pauses. It replicates in
+    bursts between its pauses, late, and loses nothing."""
+
+    kind: Literal["mirror-stall"]
+    pause: Duration = 3.0
+    every: Duration = 5.0
+
+    @model_validator(mode="after")
+    def _pause_within_every(self) -> MirrorStall:
+        if self.pause >= self.every:
+            raise ValueError("fault.pause: must be shorter than fault.every")
+        return self
+
+
+class MirrorTopicRecreate(_Section):
+    """The mirrored topic deleted on the target cluster at inject. MirrorMaker 2 finds
+    it missing at its next topic refresh (every 2 s here), creates it again and copies
+    on into it from its committed offsets: what it wrote before is gone with the old
+    topic."""
+
+    kind: Literal["mirror-topic-recreate"]
+
+
 class ShellHooks(_Section):
     """Staging: the fault is whatever `staging.inject` and `staging.heal` do."""
 
@@ -438,6 +474,9 @@ Fault = Annotated[
     | KafkaControllerKill
     | KafkaUncleanElection
     | KafkaReassignment
+    | MirrorStop
+    | MirrorStall
+    | MirrorTopicRecreate
     | ShellHooks,
     Field(discriminator="kind"),
 ]
@@ -600,7 +639,14 @@ def _first_error(error: ValidationError, prefix: tuple[str, ...] = ()) -> Config
         message = f"needs a kind: one of {', '.join(sorted(_FAULT_KINDS))}"
     # Model validators of a section report at the section; say which one.
     if message.startswith(
-        ("staging: ", "fault.kind: ", "fault.delay: ", "broker: ", "expect.max_lost: ")
+        (
+            "staging: ",
+            "fault.kind: ",
+            "fault.delay: ",
+            "fault.pause: ",
+            "broker: ",
+            "expect.max_lost: ",
+        )
     ):
         field, _, message = message.partition(": ")
     return ConfigError(field, message)
@@ -624,6 +670,10 @@ FAULT_BROKERS: dict[str, str] = {
     "share-member-stall": "apache-kafka",
     # Read with Apache Kafka's transactions; the embedded broker's are not probed.
     "transaction-left-open": "apache-kafka",
+    # MirrorMaker 2 replicates between two Apache Kafka clusters.
+    "mirror-stop": "apache-kafka",
+    "mirror-stall": "apache-kafka",
+    "mirror-topic-recreate": "apache-kafka",
 }
 _BROKER_NAMES = {"embedded": "embedded broker", "apache-kafka": "Apache Kafka cluster"}
 _RESTARTS_PROBE = {"probe-restart", "producer-clock-skew"}
@@ -634,6 +684,9 @@ _NEEDS_STAGE = {
     "share-member-stall": StageName.SHARE,
     "transaction-left-open": StageName.TRANSACTIONAL,
     "sink-stall": StageName.SINK,
+    "mirror-stop": StageName.MIRROR,
+    "mirror-stall": StageName.MIRROR,
+    "mirror-topic-recreate": StageName.MIRROR,
 }
 
 _FAULT_KINDS = {
@@ -665,6 +718,12 @@ def load_scenario(path: Path) -> Scenario:
         of = getattr(scenario.fault, field, None)
         if of is not None and StageName(of) not in config.stages:
             raise ConfigError("probe.stages", f"fault.{field}: {of} needs the {of} stage")
+    if StageName.MIRROR in config.stages and scenario.broker != "apache-kafka":
+        raise ConfigError(
+            "broker",
+            "the mirror stage runs on MirrorMaker 2 between two Apache Kafka clusters: "
+            "needs broker: apache-kafka",
+        )
     if scenario.fault.kind == "sink-stall" and scenario.sink_process != "probe":
         raise ConfigError("sink_process", "fault kind sink-stall holds the sink in the probe")
     if scenario.sink_process == "own" and StageName.SINK not in config.stages:

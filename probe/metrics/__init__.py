@@ -43,7 +43,7 @@ from prometheus_client import (
 
 from probe import tracing
 from probe.config import ProbeConfig, StageName
-from probe.config.names import GROUP_STAGES
+from probe.config.names import GROUP_STAGES, NOT_PER_BROKER
 from probe.core.errors import ConnectFailure, ProduceFailure, RejectReason, TransactionOutcome
 from probe.core.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome
 from probe.core.replicas import TopicReplicas, replica_health
@@ -274,6 +274,16 @@ class ProbeMetrics:
             ["target", "stage"],
             registry=registry,
         )
+        # The mirror stage's (docs/mirrors.md): a timestamp, not an age, so that a probe
+        # that stopped updating it shows its age growing rather than a frozen value.
+        self.mirror_heartbeat_at = Gauge(
+            "synthetic_sla_mirror_heartbeat_timestamp_seconds",
+            "When MirrorMaker 2 last wrote a heartbeat from mirror.source_alias to the "
+            "mirror stage's cluster (its heartbeats topic), as MirrorMaker 2 stamped it, "
+            "seconds since the epoch; absent until the probe has read one.",
+            ["target"],
+            registry=registry,
+        )
         self.trace_header_mismatch_counter = Counter(
             "synthetic_sla_trace_header_mismatch",
             "Canaries whose traceparent header (Kafka header, MQTT user property) "
@@ -436,7 +446,8 @@ class ProbeMetrics:
             if isinstance(finding, Fate):
                 outcome = finding.outcome.value
                 self._fate_child(self.canaries, target, stage, outcome).inc()
-                broker = None if finding.broker is None else str(finding.broker)
+                per_broker = finding.broker is not None and stage not in NOT_PER_BROKER
+                broker = str(finding.broker) if per_broker else None
                 if broker is not None:
                     self._fate_child(self.broker_canaries, target, stage, broker, outcome).inc()
                 if finding.latency_ns is not None:
@@ -514,6 +525,9 @@ class ProbeMetrics:
     def unstable_records(self, target: str, gaps: Mapping[int, int]) -> None:
         self.transactions.unstable_records(target, gaps)
 
+    def mirror_heartbeat(self, target: str, at: float) -> None:
+        self.mirror_heartbeat_at.labels(target).set(at)
+
     def target_replicas(self, target: str, topic: TopicReplicas) -> None:
         """The topic's replica state after a metadata refresh. Every broker listed, or
         holding a replica, gets its per-broker series at zero the first time it is seen
@@ -543,6 +557,8 @@ class ProbeMetrics:
             for reason in ProduceFailure:
                 self.broker_produce_errors.labels(target, name, reason.value)
             for stage in self._stages_of.get(target, []):
+                if stage in NOT_PER_BROKER:
+                    continue
                 for outcome in Outcome:
                     self.broker_canaries.labels(target, stage, name, outcome.value)
                 self.broker_e2e_latency.labels(target, stage, name)

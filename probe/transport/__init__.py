@@ -115,6 +115,11 @@ class Transport(Protocol):
         watermark (records of transactions still open), as the reader last fetched
         them; None for a reader that does not read committed records only."""
 
+    def mirror_heartbeat(self) -> float | None:
+        """When MirrorMaker 2 last wrote a heartbeat from the source cluster to the
+        cluster this reader reads (its stamp, seconds since the epoch), for the mirror
+        stage's reader once it has read one; None otherwise."""
+
     def replicas(self) -> TopicReplicas | None:
         """Leaders, replicas and in-sync replicas of the partitions as the last
         :meth:`partitions` refresh saw them; None where the protocol has no brokers
@@ -252,12 +257,11 @@ class _Kafka:
         read whole, never created (MirrorMaker 2 creates it). It connects when it can:
         a target cluster down must not keep the source's stages from judging."""
         from probe.transport.deferred import DeferredReader  # noqa: PLC0415
-        from probe.transport.kafka import KafkaTransport  # noqa: PLC0415
+        from probe.transport.kafka_mirror import MirrorReader  # noqa: PLC0415
 
         kafka = mirror_config(config).kafka
-        return DeferredReader(
-            lambda: KafkaTransport(kafka, writes=False), kafka.topic, StageName.MIRROR
-        )
+        alias = config.mirror.source_alias
+        return DeferredReader(lambda: MirrorReader(kafka, alias), kafka.topic, StageName.MIRROR)
 
     def reader(self, config: ProbeConfig) -> Transport:
         """A transport that only reads a topic someone else fills (the bridge's)."""

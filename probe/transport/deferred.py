@@ -118,6 +118,9 @@ class DeferredReader:
     def unstable_records(self) -> Mapping[int, int] | None:
         return None if self._reader is None else self._reader.unstable_records()
 
+    def mirror_heartbeat(self) -> float | None:
+        return None if self._reader is None else self._reader.mirror_heartbeat()
+
     def replicas(self) -> TopicReplicas | None:
         return None if self._reader is None else self._reader.replicas()
 

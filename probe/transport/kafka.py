@@ -1211,6 +1211,9 @@ class KafkaTransport:
         if not awaited.payloads:
             del self._awaited[partition]
 
+    def mirror_heartbeat(self) -> float | None:
+        return None  # kafka_mirror.MirrorReader follows them
+
     def unstable_records(self) -> Mapping[int, int] | None:
         """For a read_committed reader, from what each lane's consumer last fetched:
         partitions whose last stable offset is not yet known are left out."""

@@ -819,6 +819,11 @@ class ClusterAdmin:
         a leader does not answer."""
         return self._run(log_ends(self.bootstrap_servers, topic, partitions))
 
+    def delete_topic(self, topic: str) -> None:
+        """Delete the topic; one that does not exist is no problem. Raises KafkaError
+        when refused or when the controller does not answer."""
+        self._run(self._admin.delete_topics([topic], timeout_ms=REQUEST_TIMEOUT_MS))
+
     def reassignments(
         self, topic: str, partitions: Iterable[int]
     ) -> dict[int, ReassignmentInFlight]:

@@ -242,6 +242,9 @@ class ReadsOnly:
     def unstable_records(self) -> Mapping[int, int] | None:
         return None  # it reads uncommitted records
 
+    def mirror_heartbeat(self) -> float | None:
+        return None  # it reads the source cluster
+
     def replicas(self) -> TopicReplicas | None:
         return None
 

@@ -216,6 +216,9 @@ class MqttTransport:
     def unstable_records(self) -> Mapping[int, int] | None:
         return None  # no transactions
 
+    def mirror_heartbeat(self) -> float | None:
+        return None  # no mirror
+
     def read_problem(self) -> str | None:
         # A lost subscription is what stops reading here, and cover() reports it.
         return None

@@ -6,6 +6,7 @@ them under its default policy (``source.<topic>``) or its identity policy."""
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -98,17 +99,27 @@ def test_the_mirror_stage_waits_for_its_cluster_and_alone_loses_what_a_stopped_m
     mirror = MirrorMaker2(source, target_cluster.bootstrap_servers,
                           workdir=key_file.with_name("mm2"),
                           topics=topic, policy="identity")  # fmt: skip
+
+    def heartbeat() -> float:
+        return sample(probe.metrics(), "synthetic_sla_mirror_heartbeat_timestamp_seconds")
+
     with mirror:
         delivered = wait_for(lambda: probe.canaries("delivered", STAGE) >= 9, timeout=90,
                              what="canaries through the mirror")  # fmt: skip
         assert delivered
+        # MirrorMaker 2's heartbeats on the target cluster are followed as they come.
+        wait_for(lambda: heartbeat() > time.time() - 10, timeout=30,
+                 what="a recent heartbeat of MirrorMaker 2's")  # fmt: skip
         # The mirror stopped: the mirror stage alone loses its canaries.
         mirror.stop()
+        stopped_at = time.time()
         before = probe.canaries("lost", STAGE)
         consumer_lost = probe.canaries("lost")
         wait_for(lambda: probe.canaries("lost", STAGE) >= before + 3, timeout=60,
                  what="canaries lost at the mirror stage")  # fmt: skip
         assert probe.canaries("lost") == consumer_lost == 0
+        # And its heartbeats stopped with it: none stamped after the stop.
+        assert 0 < heartbeat() <= stopped_at
         # Started again, it copies on from its committed offsets.
         mirror.start()
         resumed = probe.canaries("delivered", STAGE) + probe.canaries("late", STAGE)

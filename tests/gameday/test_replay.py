@@ -64,6 +64,18 @@ def test_counters_continue_a_healthy_history_and_gauges_of_time_are_stretched() 
     assert series_values(counter, tailed, 6) == "10 13 16 _ 1 4 7+3x2"
 
 
+def test_gauges_of_a_wall_clock_moment_are_put_on_the_replays_clock() -> None:
+    # MirrorMaker 2's newest heartbeat, stamped on the wall clock: live, it keeps up
+    # for two seconds, then stands still (the mirror stopped), then keeps up again.
+    plan = ReplayPlan(T0, 1.0, 20.0, history=100.0, fault_start=T0 + 2, tail=40.0)
+    stamps = [(T0, T0), (T0 + 1, T0 + 1), (T0 + 2, T0 + 1), (T0 + 3, T0 + 1), (T0 + 4, T0 + 4)]
+    beat = RecordedSeries({"__name__": "synthetic_sla_mirror_heartbeat_timestamp_seconds"}, stamps)
+    # Healthy history keeps up with the replay's clock (a value of 20 s steps); live
+    # stamps land where their moment does (100 s of history, then 20 s per live
+    # second), and the tail keeps up again from the last.
+    assert series_values(beat, plan, 5) == "0+20x4 100 120 120 120 180 200+20x1"
+
+
 def test_promtool_output_is_read_back_as_alerts() -> None:
     got = (
         '{__name__="ALERTS", alertname="SyntheticSlaPartitionSilent", alertstate="firing", '

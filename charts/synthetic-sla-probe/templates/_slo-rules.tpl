@@ -513,6 +513,22 @@ which broker coordinates the group, which the alert's labels cannot carry.
           runbook_url: {{ printf "%s#syntheticslalaststableoffsetpinned" $runbook }}
       {{- end }}
       {{- end }}
+      {{- with $alerts.mirrorHeartbeatStale }}
+      {{- if .enabled }}
+      - alert: SyntheticSlaMirrorHeartbeatStale
+        expr: time() - max by (target) (synthetic_sla_mirror_heartbeat_timestamp_seconds{{ $in }}) > {{ .afterSeconds }}
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.target }}: MirrorMaker 2's newest heartbeat is {{ $value | humanizeDuration }} old` | quote }}
+          description: {{ printf "The newest heartbeat MirrorMaker 2 wrote from the source cluster to the cluster the mirror stage of target {{ $labels.target }} reads was stamped {{ $value | humanizeDuration }} ago (threshold %vs; it writes one a second by default). Its worker is down, paused, or cannot write to the target cluster. If the mirror stage pages too, the whole mirror is down; if it does not, the canaries still get through and only the heartbeat connector is failing." .afterSeconds | quote }}
+          runbook_url: {{ printf "%s#syntheticslamirrorheartbeatstale" $runbook }}
+      {{- end }}
+      {{- end }}
       {{- with $alerts.transactionsFailing }}
       {{- if .enabled }}
       - alert: SyntheticSlaTransactionsFailing

@@ -32,6 +32,7 @@ from probe.gameday.faults.kafka_cluster import (
     KafkaUncleanElectionFault,
 )
 from probe.gameday.faults.link import ProxyBlackholeFault, ProxyLatencyFault
+from probe.gameday.faults.mirror import MirrorStallFault, MirrorStopFault, MirrorTopicRecreateFault
 from probe.gameday.faults.probe_restart import ProbeRestartFault
 from probe.gameday.faults.replayed import ReplayedCanariesFault
 from probe.gameday.faults.share_member import ShareMemberStallFault
@@ -61,6 +62,9 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "kafka-controller-kill": KafkaControllerKillFault,
     "kafka-unclean-election": KafkaUncleanElectionFault,
     "kafka-reassignment": KafkaReassignmentFault,
+    "mirror-stop": MirrorStopFault,
+    "mirror-stall": MirrorStallFault,
+    "mirror-topic-recreate": MirrorTopicRecreateFault,
 }
 
 

@@ -12,6 +12,7 @@ from probe.core.errors import ProbeError
 
 if TYPE_CHECKING:
     from probe.apache_kafka.cluster import KafkaCluster
+    from probe.apache_kafka.mirror import MirrorMaker2
     from probe.embedded import EmbeddedBroker
     from probe.gameday.faults.proxy import TcpProxy
 
@@ -67,6 +68,11 @@ class LocalTargets:
     broker_proxies: Mapping[int, TcpProxy] = field(default_factory=dict)
     # The probe's group.id (its group stage's group); None: the one it derives.
     group_id: str | None = None
+    # With the mirror stage: MirrorMaker 2, the cluster it replicates the canary topic
+    # to, and the topic's name there.
+    mirror: MirrorMaker2 | None = None
+    mirror_cluster: KafkaCluster | None = None
+    mirrored_topic: str | None = None
 
     def probe_group_id(self, stage: str = "group") -> str:
         """The group the probe's group stage (or its group_consumer stage, or its share
