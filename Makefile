@@ -44,7 +44,8 @@ setup: system-deps python-deps kafka spark-kafka junit-schema sloth
 # Apache Kafka's broker jars, pinned in probe/apache_kafka/pom.xml, resolved from Maven
 # Central once into ~/.cache/synthetic-sla-probe/ (SLA_PROBE_KAFKA_LIBS elsewhere): the
 # three-broker KRaft cluster of the tests and the broker game days (the newest release)
-# and of the smoke subset (the oldest 4.x line). Nothing is fetched at test time.
+# and of the smoke subset (the oldest 4.x line), and MirrorMaker 2's (connect-mirror)
+# for the mirror stage's. Nothing is fetched at test time.
 kafka: system-deps python-deps
 	$(VENV)/bin/python -m probe.apache_kafka install
 
