@@ -215,6 +215,10 @@ class LocalEnvironment(Started):
                 node_id: TcpProxy(self.cluster.node(node_id).port, port=port, kafka=kafka)
                 for node_id, port in proxy_ports.items()
             }
+        else:
+            proxy_port = free_loopback_port()
+            self.broker = ProxiedBroker(proxy_port, log_file=workdir / "broker.log")
+            self.proxy = TcpProxy(self.broker.port, port=proxy_port, kafka=True)
         # With the mirror stage: a target cluster of one broker, and MirrorMaker 2
         # replicating the canary topic to it under the probe's own mirror settings. It
         # reads the source through the proxies, as the probe does: a network fault
@@ -226,7 +230,7 @@ class LocalEnvironment(Started):
             mirror = self.config.mirror
             self.mirror_cluster = KafkaCluster(1, workdir=workdir / "mirror-target")
             self.mirror = MirrorMaker2(
-                ",".join(f"127.0.0.1:{port}" for port in proxy_ports.values()),
+                self.cluster.bootstrap_servers,  # the proxies, as the brokers advertise
                 self.mirror_cluster.bootstrap_servers,
                 workdir=workdir / "mirrormaker2",
                 topics=self.topic,
@@ -235,10 +239,6 @@ class LocalEnvironment(Started):
                 settings={"replication.policy.separator": mirror.separator},
             )
             mirrored_topic = mirror.mirrored_topic(self.topic)
-        else:
-            proxy_port = free_loopback_port()
-            self.broker = ProxiedBroker(proxy_port, log_file=workdir / "broker.log")
-            self.proxy = TcpProxy(self.broker.port, port=proxy_port, kafka=True)
         self.key_file = workdir / "keys.json"
         self.probe = ProbeProcess(
             workdir / "probe.yaml", free_loopback_port(), workdir / "probe.log"

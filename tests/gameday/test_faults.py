@@ -240,3 +240,29 @@ def test_silent_partition_strips_one_partitions_records_from_fetches(tmp_path: P
         assert proxy.partition_filter.stripped_batches > 0
         fault.heal()
         assert asyncio.run(read_all()) == {0: [b"r0"], 1: [b"r1"], 2: [b"r2"]}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "embedded", "mirror"),
+    [
+        ("broker-stop", True, False),
+        ("kafka-broker-stop", False, False),
+        ("mirror-stop", False, True),
+    ],
+)
+def test_each_environment_runs_the_brokers_its_scenario_names(
+    tmp_path: Path, scenario: str, embedded: bool, mirror: bool
+) -> None:
+    # Built, not started: the embedded broker only for `broker: embedded`, Apache
+    # Kafka's cluster otherwise, and MirrorMaker 2 with its target cluster only for a
+    # probe with the mirror stage (a mirror block once took the embedded broker's
+    # `else` as its own, and every cluster game day ran on the embedded broker too).
+    from probe.gameday.local import LocalEnvironment  # noqa: PLC0415
+    from probe.gameday.scenario import load_scenario  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[2]
+    env = LocalEnvironment(load_scenario(root / "scenarios" / f"{scenario}.yaml"), tmp_path)
+    assert (env.broker is not None) is embedded
+    assert (env.cluster is None) is embedded
+    assert (env.mirror is not None) is mirror
+    assert (env.mirror_cluster is not None) is mirror
