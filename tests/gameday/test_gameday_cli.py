@@ -82,6 +82,15 @@ def test_a_cluster_scenario_without_kafkas_jars_says_to_run_make_kafka(tmp_path:
     )
 
 
+def _fired_by_stage(report: dict[str, Any]) -> set[tuple[str, str | None]]:
+    """(alert name, stage label) of every alert the replay fired."""
+    return {
+        (alert["alert"], alert["labels"].get("stage"))
+        for alert in report["alerts"]
+        if alert["computed"]["fired"]
+    }
+
+
 def _run(name: str, workdir: Path, timeout: float = 240) -> dict[str, Any]:
     result = _gameday(
         str(SCENARIOS / f"{name}.yaml"), "--json", "--workdir", str(workdir), timeout=timeout
@@ -187,11 +196,7 @@ def test_commits_held_by_the_consumer_protocols_coordinator_page_that_stage_alon
     # commit-latency page fires (the scenario's expectation); nothing of the consumer
     # stage's does, and no canary is late or lost.
     report = _run("kafka-group-consumer-commit-stall", tmp_path, timeout=480)
-    fired = {
-        (alert["alert"], alert["labels"].get("stage"))
-        for alert in report["alerts"]
-        if alert["computed"]["fired"]
-    }
+    fired = _fired_by_stage(report)
     assert ("SyntheticSlaGroupCommitLatencyBudgetBurn", "group_consumer") in fired
     assert report["false_pages"]["computed"] == []
     assert report["canaries"]["lost"] == report["canaries"]["late"] == 0
@@ -208,11 +213,7 @@ def test_a_stopped_mirror_pages_the_mirror_stage_alone_and_loses_nothing(tmp_pat
     # page (the scenario's expectation); no alert of any other stage fires, and once
     # the mirror is back it copies the backlog: late at the mirror stage, none lost.
     report = _run("mirror-stop", tmp_path, timeout=480)
-    fired = {
-        (alert["alert"], alert["labels"].get("stage"))
-        for alert in report["alerts"]
-        if alert["computed"]["fired"]
-    }
+    fired = _fired_by_stage(report)
     assert ("SyntheticSlaPartitionSilent", "mirror") in fired
     assert report["false_pages"]["computed"] == []
     assert report["canaries"]["lost"] == 0
