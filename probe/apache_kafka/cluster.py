@@ -159,7 +159,10 @@ def _property(value: str) -> str:
 NEWEST = "newest"
 PREVIOUS = "previous"
 MIRROR = "mirror"
-RELEASES = (NEWEST, PREVIOUS, MIRROR)
+TIERED = "tiered"
+RELEASES = (NEWEST, PREVIOUS, MIRROR, TIERED)
+# Each release's jars in a directory of this name (and its version) in the cache.
+_LIBS_NAMES = {MIRROR: "mirrormaker2", TIERED: "tiered-storage"}
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
 
@@ -177,14 +180,14 @@ def kafka_version(release: str = NEWEST, pom: Path = POM) -> str:
 
 def libs_dir(release: str = NEWEST) -> Path:
     """Where a release's pinned jars live: ``apache-kafka-<version>`` (MirrorMaker 2's:
-    ``mirrormaker2-<version>``) under ``SLA_PROBE_KAFKA_LIBS``, else under the user's
-    cache."""
+    ``mirrormaker2-<version>``, tiered storage's: ``tiered-storage-<version>``) under
+    ``SLA_PROBE_KAFKA_LIBS``, else under the user's cache."""
     if configured := os.environ.get("SLA_PROBE_KAFKA_LIBS"):
         parent = Path(configured)
     else:
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         parent = cache / "synthetic-sla-probe"
-    name = "mirrormaker2" if release == MIRROR else "apache-kafka"
+    name = _LIBS_NAMES.get(release, "apache-kafka")
     return parent / f"{name}-{kafka_version(release)}"
 
 

@@ -30,6 +30,7 @@ its own, which imports only its siblings, never this package:
 - ``group``: GroupConfig;
 - ``transactions``: TransactionsConfig;
 - ``mirror``: MirrorConfig, MirrorSaslConfig;
+- ``tiered``: TieredConfig;
 - ``sink``: SinkConfig, RestartConfig;
 - ``reconcile``: ReconcileConfig, ReconcileWindowConfig.
 
@@ -60,6 +61,7 @@ from probe.config.once import OnceConfig, PushGatewayConfig
 from probe.config.reconcile import ReconcileConfig, ReconcileWindowConfig
 from probe.config.secret_sources import SECRET_VARIABLES
 from probe.config.sink import RestartConfig, SinkConfig
+from probe.config.tiered import TieredConfig
 from probe.config.transactions import TransactionsConfig
 from probe.core.canary import Canary, encode
 from probe.core.errors import ConfigError
@@ -90,6 +92,7 @@ __all__ = [
     "SloConfig",
     "StageName",
     "TargetKind",
+    "TieredConfig",
     "TlsConfig",
     "TransactionsConfig",
     "format_duration",
@@ -146,6 +149,8 @@ class ProbeConfig(_Section):
     group: GroupConfig = GroupConfig()
     transactions: TransactionsConfig = TransactionsConfig()
     mirror: MirrorConfig = MirrorConfig()
+    # Reads of canaries old enough to be served from tiered storage (opt-in).
+    tiered: TieredConfig = TieredConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
 
     @field_validator("stages", mode="before")
@@ -344,6 +349,7 @@ def load(
     _check_mqtt_target(config)
     _check_canary_size(config)
     _check_mirror(config)
+    _check_tiered(config)
     return config
 
 
@@ -369,6 +375,25 @@ def _check_mirror(config: ProbeConfig) -> None:
             f"names the source cluster and mirror.replication_policy reads the topic "
             f"{config.kafka.topic} itself: the mirror stage would judge the canary topic, "
             "not its mirror",
+        )
+
+
+def _check_tiered(config: ProbeConfig) -> None:
+    """Tiered reads read the Kafka target's canary topic, at or after the moment
+    tiered.age ago: the topic must be probed, and the read's wait shorter than the
+    time between reads (reads never overlap)."""
+    if not config.tiered.enabled:
+        return
+    if TargetKind.KAFKA not in config.targets:
+        raise ConfigError(
+            "tiered.enabled",
+            "reads the Kafka target's canary topic: set kafka.bootstrap_servers",
+        )
+    if config.tiered.timeout >= config.tiered.every:
+        raise ConfigError(
+            "tiered.timeout",
+            f"must be shorter than tiered.every ({format_duration(config.tiered.every)}): "
+            "a read ends before the next one starts",
         )
 
 

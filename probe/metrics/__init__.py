@@ -61,6 +61,7 @@ from probe.metrics.staleness import (
     StalenessSource,
     stale_after,
 )
+from probe.metrics.tiered import TieredMetrics
 from probe.metrics.transactions import TransactionMetrics
 
 # What other modules import from probe.metrics: the registry, and each component's
@@ -125,14 +126,20 @@ class ProbeMetrics:
         partition_series: PartitionSeries = PartitionSeries.ALL,
         stale_after_s: Mapping[str, float] | None = None,
         group_commit_threshold: float = 0.5,
+        tiered_threshold: float = 5.0,
     ) -> None:
         """``stale_after_s``: per stage name, when a partition is stale (see
         :func:`stale_after`); stages not named: 25 s (a 20 s interval, 5 s freshness).
         ``group_commit_threshold``: the group stage's good commit (a bucket boundary)."""
         buckets = latency_buckets(*latency_thresholds)
-        # Registered always, labelled only for a target with the group stage.
-        self.group = GroupMetrics(registry, commit_buckets=latency_buckets(group_commit_threshold))
-        self.transactions = TransactionMetrics(registry)
+        # The series of stages and reads that are opt-in: registered always, labelled
+        # only for a target with the group stages, the transactional stage or tiered
+        # reads on.
+        self.group, self.transactions, self.tiered = (
+            GroupMetrics(registry, commit_buckets=latency_buckets(group_commit_threshold)),
+            TransactionMetrics(registry),
+            TieredMetrics(registry, threshold=tiered_threshold),
+        )
         self._stale_after_s = dict(stale_after_s or {})
         self._fate_children: dict[tuple[object, ...], Counter | Histogram] = {}
         self.canaries = Counter(
@@ -622,4 +629,5 @@ def service_metrics(
         partition_series=PartitionSeries(config.metrics.partition_series),
         stale_after_s=stale_after_s,
         group_commit_threshold=config.group.commit_latency_threshold,
+        tiered_threshold=config.tiered.threshold,
     )

@@ -31,6 +31,7 @@ from probe.services.keygen import signing_key_ring
 from probe.signals import stop_on_signals
 from probe.spark_kafka.jars import require_connector
 from probe.stages.target import TargetProbe, target_names
+from probe.stages.tiered import TieredReads
 from probe.status_board import Objectives, StatusBoard, StatusView, refresh_every
 
 if TYPE_CHECKING:
@@ -130,7 +131,10 @@ async def serve(
             asyncio.create_task(target.expire_forever(), name=f"expire {target.target}"),
         )
     ]
-    tasks.append(asyncio.create_task(keyring.watch(), name="key file"))
+    tasks += [
+        asyncio.create_task(keyring.watch(), name="key file"),
+        *_tiered_reads(config, keyring, metrics, targets, stop),
+    ]
     stopped = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
     if stopped not in done:
@@ -147,6 +151,26 @@ async def serve(
     if sink is not None:
         await sink.stop()
     await server.stop()
+
+
+def _tiered_reads(
+    config: ProbeConfig,
+    keyring: KeyRingSource,
+    metrics: ProbeMetrics,
+    targets: list[TargetProbe],
+    stop: asyncio.Event,
+) -> list[asyncio.Task[None]]:
+    """The Kafka target's tiered reads, beside its rounds, when tiered.enabled."""
+    return [
+        asyncio.create_task(
+            TieredReads(config, keyring, metrics.tiered, target=target.target, own=target.own).run(
+                stop
+            ),
+            name="tiered reads",
+        )
+        for target in targets
+        if config.tiered.enabled and target.kind is TargetKind.KAFKA
+    ]
 
 
 def _status_view(

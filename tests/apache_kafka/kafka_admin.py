@@ -66,14 +66,16 @@ def create_topic(
     replication: int = 3,
     *,
     assignment: list[list[int]] | None = None,
+    config: dict[str, str] | None = None,
     **security: str,
 ) -> None:
-    """A topic of ``partitions`` x ``replication``, or with these replica lists."""
+    """A topic of ``partitions`` x ``replication``, or with these replica lists, and
+    these settings of its own."""
     client = admin(bootstrap_servers, **security)  # held: a collected client fails its futures
     new = (
-        NewTopic(topic, len(assignment), replica_assignment=assignment)
+        NewTopic(topic, len(assignment), replica_assignment=assignment, config=config or {})
         if assignment
-        else NewTopic(topic, partitions, replication)
+        else NewTopic(topic, partitions, replication, config=config or {})
     )
     futures = client.create_topics([new], operation_timeout=30)
     futures[topic].result(timeout=60)
