@@ -603,6 +603,24 @@ def test_the_group_stage_runs_with_the_rules_commit_slo(tmp_path: Path) -> None:
     assert probe_config.load(_config_file(render(single), tmp_path)).group.id == "sla-probe-orders"
 
 
+def test_tiered_reads_turn_on_with_one_value_and_read_at_the_alerts_threshold(
+    tmp_path: Path,
+) -> None:
+    off = probe_config.load(_config_file(render(MINIMAL), tmp_path))
+    assert not off.tiered.enabled
+    values = {
+        "config": {**MINIMAL["config"], "tiered": {"enabled": True}},
+        "alerts": {"tieredReadsSlow": {"enabled": True, "severity": "ticket",
+                                       "thresholdSeconds": 8}},
+    }  # fmt: skip
+    config = probe_config.load(_config_file(render(values), tmp_path))
+    assert config.tiered.enabled
+    # The first-record histogram's bucket is where the slow alert reads.
+    assert config.tiered.threshold == 8.0
+    with pytest.raises(helm.HelmRenderError, match=r"alerts\.tieredReadsSlow\.thresholdSeconds"):
+        render({"config": {**MINIMAL["config"], "tiered": {"enabled": True, "threshold": "2s"}}})
+
+
 @pytest.mark.parametrize(
     ("values", "complaint"),
     [

@@ -23,6 +23,7 @@ from probe.config.durations import DAY, MINUTE, Duration, _between
 class TieredConfig(_Section):
     """The tiered read: how old a canary it reads, how often, how many partitions."""
 
+    # Reads of canaries from tiered storage, beside the rounds (off by default).
     enabled: bool = False
     # How old the canaries it reads are: longer than the canary topic's
     # local.retention.ms, so they are in the remote store only (the probe says so at

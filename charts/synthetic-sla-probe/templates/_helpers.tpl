@@ -115,7 +115,8 @@ their types). The metrics section is the chart's: the port must match the contai
 port and the Service, and latency_threshold (sink.latency_threshold for the Spark sink)
 must be the SLO threshold the rules read a bucket at, and slo's objectives the rules'
 (the status page's budgets); so are group.commit_latency_threshold and
-group.commit_latency_objective (slo.groupCommit). group.id "" is left out (the probe
+group.commit_latency_objective (slo.groupCommit), and tiered.threshold
+(alerts.tieredReadsSlow.thresholdSeconds). group.id "" is left out (the probe
 derives one from its probe id), and a fixed one is refused with more than one replica,
 as is a fixed transactions.id (the transactional stage's producers would fence each
 other).
@@ -162,6 +163,13 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- $_ := set $group "commit_latency_threshold" $values.slo.groupCommit.thresholdSeconds -}}
 {{- $_ := set $group "commit_latency_objective" $values.slo.groupCommit.objective -}}
 {{- $_ := set $config "group" $group -}}
+{{- /* The tiered read's histogram has a bucket on the threshold its slow alert reads. */ -}}
+{{- $tiered := dig "tiered" (dict) $config -}}
+{{- if hasKey $tiered "threshold" -}}
+{{- fail "config.tiered.threshold is set by the chart: set alerts.tieredReadsSlow.thresholdSeconds, which the rules alert on" -}}
+{{- end -}}
+{{- $_ := set $tiered "threshold" $values.alerts.tieredReadsSlow.thresholdSeconds -}}
+{{- $_ := set $config "tiered" $tiered -}}
 {{- if and (dig "transactions" "id" "" $config) (gt (int $values.replicaCount) 1) -}}
 {{- fail "config.transactions.id with replicaCount above 1: each replica's producer would fence the others' and fail their transactions. Leave it unset: each probe's transactional id is then its own (derived from its probe id)" -}}
 {{- end -}}

@@ -15,7 +15,8 @@ its own. The probe's metrics put a bucket on each threshold (metrics.latency_thr
 sink.latency_threshold), so the good events are one bucket. The group stage's offset
 commits have a threshold too (slo.groupCommit.thresholdSeconds, the probe's
 group.commit_latency_threshold), read the same way off the commit histogram by the
-chart's rules only:
+chart's rules only, as is the tiered reads' (alerts.tieredReadsSlow.thresholdSeconds,
+the probe's tiered.threshold) off their first-record histogram:
 - `le` is that bucket's label as the probe (Python's client) exports it and Prometheus 2
   and 3 store it: "0.5", "5.0". Pyrra needs one exact float there.
 - `leMatch` also matches the Go clients' spelling of a whole number ("5"): the chart's
@@ -24,7 +25,7 @@ chart's rules only:
 {{- define "synthetic-sla-probe.sloDefinitions" -}}
 {{- $slo := .Values.slo -}}
 {{- $thresholds := dict -}}
-{{- range $name, $seconds := dict "default" $slo.latency.thresholdSeconds "sink" $slo.latency.sinkThresholdSeconds "groupCommit" $slo.groupCommit.thresholdSeconds -}}
+{{- range $name, $seconds := dict "default" $slo.latency.thresholdSeconds "sink" $slo.latency.sinkThresholdSeconds "groupCommit" $slo.groupCommit.thresholdSeconds "tiered" $.Values.alerts.tieredReadsSlow.thresholdSeconds -}}
 {{- $text := $seconds | toString -}}
 {{- $le := $text -}}
 {{- if not (regexMatch "[.eE]" $text) -}}

@@ -47,6 +47,7 @@ under Prometheus 2 and 3 and from Go or Python clients.
 {{- $sinkLe := $defs.thresholds.sink.leMatch -}}
 {{- $commitThreshold := $defs.thresholds.groupCommit.seconds -}}
 {{- $commitLe := $defs.thresholds.groupCommit.leMatch -}}
+{{- $tieredLe := $defs.thresholds.tiered.leMatch -}}
 {{- $windows := list "5m" "30m" "1h" "2h" "6h" "1d" "3d" -}}
 {{- /*
 Multi-window multi-burn-rate (SRE workbook, ch. 5): a pair fires when the long window
@@ -527,6 +528,44 @@ which broker coordinates the group, which the alert's labels cannot carry.
           summary: {{ `{{ $labels.target }}: MirrorMaker 2's newest heartbeat is {{ $value | humanizeDuration }} old` | quote }}
           description: {{ printf "The newest heartbeat MirrorMaker 2 wrote from the source cluster to the cluster the mirror stage of target {{ $labels.target }} reads was stamped {{ $value | humanizeDuration }} ago (threshold %vs; it writes one a second by default). Its worker is down, paused, or cannot write to the target cluster. If the mirror stage pages too, the whole mirror is down; if it does not, the canaries still get through and only the heartbeat connector is failing." .afterSeconds | quote }}
           runbook_url: {{ printf "%s#syntheticslamirrorheartbeatstale" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.tieredReadsFailing }}
+      {{- if .enabled }}
+      - alert: SyntheticSlaTieredReadsFailing
+        expr: |
+          sum by (target) (increase(synthetic_sla_tiered_reads_total{ {{- $and }}outcome="failed"}[{{ .window }}]))
+            / sum by (target) (increase(synthetic_sla_tiered_reads_total{ {{- $and }}outcome=~"read|failed"}[{{ .window }}]))
+            > {{ .ratio }}
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}: {{ $value | humanizePercentage }} of the tiered reads in %s failed" .window | quote }}
+          description: {{ printf "The probe of target {{ $labels.target }} reads canaries old enough to have left the brokers' disks (config.tiered.age), which the brokers serve from tiered storage; {{ $value | humanizePercentage }} of those reads in the last %s failed (synthetic_sla_tiered_read_failures_total says why: UNKNOWN_SERVER_ERROR is what a remote storage manager's failure comes back as, timeout a read that got no record in time). Consumers catching up or replaying past the local retention are stuck; the tail of the log is not concerned (the stages say so)." .window | quote }}
+          runbook_url: {{ printf "%s#syntheticslatieredreadsfailing" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $alerts.tieredReadsSlow }}
+      {{- if .enabled }}
+      - alert: SyntheticSlaTieredReadsSlow
+        expr: |
+          1 - sum by (target) (increase(synthetic_sla_tiered_first_record_seconds_bucket{ {{- $and }}le=~"{{ $tieredLe }}"}[{{ .window }}]))
+            / sum by (target) (increase(synthetic_sla_tiered_first_record_seconds_count{{ $in }}[{{ .window }}]))
+            > {{ .ratio }}
+        for: {{ .for }}
+        labels:
+          severity: {{ index $severity .severity }}
+          {{- with $alerts.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "{{ $labels.target }}: {{ $value | humanizePercentage }} of the tiered reads in %s took over %vs to their first record" .window .thresholdSeconds | quote }}
+          description: {{ printf "The tiered reads of target {{ $labels.target }} (canaries served from tiered storage) got their first record later than %vs in {{ $value | humanizePercentage }} of the reads of the last %s. The remote store, or the brokers' remote reader threads, answer slowly: consumers catching up past the local retention fall further behind." .thresholdSeconds .window | quote }}
+          runbook_url: {{ printf "%s#syntheticslatieredreadsslow" $runbook }}
       {{- end }}
       {{- end }}
       {{- with $alerts.transactionsFailing }}
