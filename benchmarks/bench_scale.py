@@ -167,20 +167,26 @@ def quantile(q: float, buckets: list[tuple[float, float]]) -> float:
 
 
 def latency_buckets(
-    before: Samples, after: Samples, stage: str = "consumer"
+    before: Samples,
+    after: Samples,
+    stage: str | None = "consumer",
+    histogram: str = "synthetic_sla_e2e_latency_seconds",
 ) -> list[tuple[float, float]]:
-    """The stage's latency histogram between two scrapes: (upper bound, cumulative)."""
+    """A histogram between two scrapes, the stage's (None: a histogram without stages,
+    as the tiered reads' first-record one): (upper bound, cumulative)."""
+    bucket = f"{histogram}_bucket"
+    of_stage = {} if stage is None else {"stage": stage}
     bounds = sorted(
         {
             float(dict(ls)["le"])
             for (n, ls) in after
-            if n == "synthetic_sla_e2e_latency_seconds_bucket" and ("stage", stage) in ls
+            if n == bucket and set(of_stage.items()) <= set(ls)
         }
     )
 
     def at(samples: Samples, bound: float) -> float:
         le = "+Inf" if bound == float("inf") else repr(bound)
-        return total(samples, "synthetic_sla_e2e_latency_seconds_bucket", stage=stage, le=le)
+        return total(samples, bucket, le=le, **of_stage)
 
     return [(b, at(after, b) - at(before, b)) for b in bounds]
 

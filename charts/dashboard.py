@@ -1202,6 +1202,60 @@ def group_row() -> list[AnyPanel]:
     ]
 
 
+def mirror_and_tiered_row() -> list[AnyPanel]:
+    """Beyond the cluster's hot log: the mirror stage's own signal (its canaries are in
+    the rows above, stage="mirror"; docs/mirrors.md) and the tiered reads
+    (docs/tiered-storage.md), which are no stage and have series of their own."""
+    heartbeat = "synthetic_sla_mirror_heartbeat_timestamp_seconds"
+    first_record = "synthetic_sla_tiered_first_record_seconds"
+    return [
+        timeseries(
+            "Mirror heartbeat age",
+            "Seconds since MirrorMaker 2 stamped the newest heartbeat the mirror stage read "
+            "on the target cluster (one a second by default); over 2 minutes for 2 minutes "
+            "opens SyntheticSlaMirrorHeartbeatStale.",
+            "s",
+            query(f"time() - max by (target) ({series(heartbeat, TARGET)})", "{{target}}"),
+        )
+        .id(1302)
+        .span(8)
+        .height(8),
+        bars(
+            timeseries(
+                "Tiered reads",
+                "Reads of canaries old enough to have left the brokers' disks, served from "
+                "tiered storage, per interval by outcome (failed opens "
+                "SyntheticSlaTieredReadsFailing), and the failures by the broker's reason.",
+                "short",
+                query(
+                    increase_by("target, outcome", "synthetic_sla_tiered_reads_total", TARGET),
+                    "{{target}} {{outcome}}",
+                ),
+                query(
+                    increase_by(
+                        "target, reason", "synthetic_sla_tiered_read_failures_total", TARGET
+                    ),
+                    "{{target}} failed: {{reason}}",
+                ),
+            )
+        )
+        .id(1303)
+        .span(8)
+        .height(8),
+        timeseries(
+            "Tiered read: time to first record",
+            "p50 and p99 of the time from a tiered read's timestamp lookup to its first "
+            "record (SyntheticSlaTieredReadsSlow counts those above its threshold).",
+            "s",
+            query(quantile(0.5, "target", first_record, TARGET), "p50 {{target}}"),
+            query(quantile(0.99, "target", first_record, TARGET), "p99 {{target}}"),
+        )
+        .id(1304)
+        .span(8)
+        .height(8),
+    ]
+
+
 def build_dashboard() -> models.Dashboard:
     board = (
         dashboard_builders.Dashboard("Synthetic SLA probe")
@@ -1238,6 +1292,7 @@ def build_dashboard() -> models.Dashboard:
             (row(101, "Scale: every partition, every broker"), scale_row()),
             (row(901, "Reconciliation"), reconciliation_row()),
             (row(1201, "Consumer group"), group_row()),
+            (row(1301, "Mirrors and tiered storage"), mirror_and_tiered_row()),
         ],
     )
     model = board.build()

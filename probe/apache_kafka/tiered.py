@@ -2,7 +2,7 @@
 with Apache Kafka's own test remote storage manager, LocalTieredStorage (a directory
 as the remote store; the ``tiered`` jar set, probe/apache_kafka/pom.xml), the settings
 of a topic whose segments leave the brokers' disks within seconds, and the remote
-store's fault: its files gone from under the brokers, then back.
+store's fault: gone from under the brokers, then back.
 
 >>> store = RemoteStore(workdir / "remote")  # doctest: +SKIP
 >>> with KafkaCluster(1, workdir=workdir, settings=store.broker_settings(),
@@ -13,7 +13,6 @@ store's fault: its files gone from under the brokers, then back.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 # What LocalTieredStorage keeps its segments under, inside its directory.
@@ -57,17 +56,17 @@ class RemoteStore:
         }
 
     def make_unreadable(self) -> None:
-        """The stored segments gone from under the brokers (an object store that lost
-        its bucket, or the broker's access to it): every remote read fails, while the
-        brokers go on serving their local logs."""
-        (self.directory / _STORE).rename(self._away)
+        """The store gone from under the brokers (an object store that lost its bucket,
+        or the brokers' access to it): its segments moved away, and a file where their
+        directory was, so that no read and no copy gets through. Every remote read
+        fails; the brokers keep the segments they cannot copy on their disks, and serve
+        those locally."""
+        store = self.directory / _STORE
+        store.rename(self._away)
+        store.write_text("unreadable: the game day's remote store fault\n")
 
     def restore(self) -> None:
-        """The segments back where they were, beside any copied meanwhile."""
+        """The store back as it was: the brokers copy what they could not meanwhile."""
         store = self.directory / _STORE
-        for partition in self._away.iterdir():
-            into = store / partition.name
-            into.mkdir(parents=True, exist_ok=True)
-            for segment in partition.iterdir():
-                segment.rename(into / segment.name)
-        shutil.rmtree(self._away)
+        store.unlink()
+        self._away.rename(store)

@@ -40,8 +40,9 @@ from pathlib import Path
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from probe.apache_kafka.cluster import MIRROR, KafkaCluster, installed
+from probe.apache_kafka.cluster import MIRROR, NEWEST, TIERED, KafkaCluster, installed
 from probe.apache_kafka.mirror import MirrorMaker2
+from probe.apache_kafka.tiered import TOPIC_SETTINGS, RemoteStore
 from probe.config import StageName
 from probe.core.errors import ProbeError
 from probe.embedded import EmbeddedBroker, Started, free_loopback_port
@@ -58,6 +59,7 @@ from probe.gameday.runner import (
     run_phases,
 )
 from probe.gameday.scenario import Scenario
+from probe.transport.kafka_admin import TOPIC, ClusterAdmin, Config
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_RULES = ROOT / "charts" / "prometheus" / "synthetic-sla-probe.rules.yml"
@@ -203,11 +205,22 @@ class LocalEnvironment(Started):
         self.proxy: TcpProxy | None = None
         self.cluster: KafkaCluster | None = None
         self.broker_proxies: dict[int, TcpProxy] = {}
+        # With tiered reads: the cluster's remote store (KIP-405 on, LocalTieredStorage).
+        self.remote_store: RemoteStore | None = None
         if scenario.broker == "apache-kafka":
             # The proxies' ports first: each node is told at its start to advertise its
             # proxy, and each proxy is told its node's port.
             proxy_ports = {node_id: free_loopback_port() for node_id in (1, 2, 3)}
-            self.cluster = KafkaCluster(workdir=workdir / "kafka", advertised_ports=proxy_ports)
+            settings: dict[str, str] = {}
+            if self.config.tiered.enabled:
+                self.remote_store = RemoteStore(workdir / "remote-store")
+                settings = self.remote_store.broker_settings(replication=3)
+            self.cluster = KafkaCluster(
+                workdir=workdir / "kafka",
+                advertised_ports=proxy_ports,
+                settings=settings,
+                release=NEWEST if self.remote_store is None else TIERED,
+            )
             # Kafka-aware where the fault holds some requests back (it reads each
             # request's API key); plain bytes otherwise.
             kafka = scenario.fault.kind == "coordinator-requests"
@@ -270,6 +283,7 @@ class LocalEnvironment(Started):
             mirror=self.mirror,
             mirror_cluster=self.mirror_cluster,
             mirrored_topic=mirrored_topic,
+            remote_store=self.remote_store,
         )
 
     @property
@@ -342,12 +356,23 @@ class LocalEnvironment(Started):
             300 if sink else 60,
             "canaries delivered before Prometheus starts",
         )
+        if self.remote_store is not None and self.cluster is not None:
+            self._tier_the_topic(self.cluster)
         self.prometheus.start()
         _wait(
             lambda: bool(self.api.query('up{job="synthetic-sla-probe"} == 1')),
             30,
             "Prometheus scraping the probe",
         )
+
+    def _tier_the_topic(self, cluster: KafkaCluster) -> None:
+        """Tiered storage on for the canary topic the probe created, as an operator turns
+        it on for a topic: its segments then leave the brokers' disks within seconds."""
+        settings = [Config(TOPIC, self.topic, name, v) for name, v in TOPIC_SETTINGS.items()]
+        with ClusterAdmin(cluster.bootstrap_servers) as admin:
+            refused = admin.set_configs(settings)
+        if refused:
+            raise LocalEnvironmentError(f"tiered storage on {self.topic}: {'; '.join(refused)}")
 
     def final_outcomes(self) -> dict[str, float] | None:
         """Every stage's canaries by outcome, as the probe (and an own sink process)

@@ -446,6 +446,19 @@ class MirrorTopicRecreate(_Section):
     kind: Literal["mirror-topic-recreate"]
 
 
+# --- Faults of tiered storage (a probe with tiered.enabled, on Apache Kafka): the cluster
+# with KIP-405 on and LocalTieredStorage as its remote store ---
+
+
+class TieredStoreUnreadable(_Section):
+    """The remote store's files moved away from under the brokers for the fault phase
+    (an object store that lost its bucket, or the brokers' access to it), and moved back
+    at heal: every remote read fails meanwhile, while the brokers serve their local logs
+    as before."""
+
+    kind: Literal["tiered-store-unreadable"]
+
+
 class ShellHooks(_Section):
     """Staging: the fault is whatever `staging.inject` and `staging.heal` do."""
 
@@ -477,6 +490,7 @@ Fault = Annotated[
     | MirrorStop
     | MirrorStall
     | MirrorTopicRecreate
+    | TieredStoreUnreadable
     | ShellHooks,
     Field(discriminator="kind"),
 ]

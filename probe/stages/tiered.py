@@ -60,7 +60,9 @@ class TieredReads:
         self._clock_ns = clock_ns
         self._after: int | None = None
         self._reader: TieredReader | None = None
-        self._storage_checked = False
+        # What the topic's settings said of where reads come from, as last said (""
+        # nothing wrong; None: not asked yet).
+        self._storage_said: str | None = None
         metrics.declare(target)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -111,12 +113,23 @@ class TieredReads:
                     await reader.close()
                 raise TieredReadError(type(error).__name__) from None
             self._reader = reader
-        if not self._storage_checked:
-            self._storage_checked = True
-            settings = await topic_storage(self._config.kafka, STORAGE_SETTINGS)
-            if settings is not None and (problem := storage_problem(settings, self._tiered.age)):
-                log.warning("tiered read: %s", problem)
+        await self._check_storage()
         return self._reader
+
+    async def _check_storage(self) -> None:
+        """Whether the topic's settings have its reads served from tiered storage, asked
+        at every read (an operator turns tiered storage on, or changes a retention, on a
+        topic in use), said when the answer changes."""
+        settings = await topic_storage(self._config.kafka, STORAGE_SETTINGS)
+        if settings is None:
+            return
+        problem = storage_problem(settings, self._tiered.age) or ""
+        if problem != self._storage_said:
+            if problem:
+                log.warning("tiered read: %s", problem)
+            elif self._storage_said is not None:
+                log.info("tiered read: the canary topic's old canaries are in tiered storage now")
+            self._storage_said = problem
 
     async def _read(self, reader: TieredReader, partition: int) -> TieredRead:
         asked_ns = self._clock_ns() - int(self._tiered.age * 1e9)

@@ -72,9 +72,10 @@ def test_tiered_reads_serve_old_canaries_from_the_remote_store_and_fail_without_
     first = sample(probe.metrics(), "synthetic_sla_tiered_first_record_seconds_count")
     assert first == reads(probe, "read")
 
-    # The remote store's files gone: the broker answers each remote read with
+    # The remote store gone: the broker answers each remote read with
     # UNKNOWN_SERVER_ERROR, and the tiered reads count it; the consumer stage, which
-    # reads the local log's tail, loses nothing.
+    # reads the local log's tail, loses nothing. (Once the outage is older than AGE_S,
+    # the canaries asked for were never copied and are read locally: not waited for.)
     store.make_unreadable()
     served = reads(probe, "read")
     wait_for(lambda: failures(probe, "UNKNOWN_SERVER_ERROR") >= PARTITIONS, timeout=30,

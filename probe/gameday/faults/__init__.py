@@ -38,6 +38,7 @@ from probe.gameday.faults.replayed import ReplayedCanariesFault
 from probe.gameday.faults.share_member import ShareMemberStallFault
 from probe.gameday.faults.silent_partition import SilentPartitionFault
 from probe.gameday.faults.sink_stall import SinkStallFault
+from probe.gameday.faults.tiered import TieredStoreUnreadableFault
 from probe.gameday.faults.transaction import TransactionLeftOpenFault
 
 FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
@@ -65,6 +66,7 @@ FAULTS: dict[str, Callable[[Any, LocalTargets], Fault]] = {
     "mirror-stop": MirrorStopFault,
     "mirror-stall": MirrorStallFault,
     "mirror-topic-recreate": MirrorTopicRecreateFault,
+    "tiered-store-unreadable": TieredStoreUnreadableFault,
 }
 
 

@@ -13,6 +13,7 @@ from probe.core.errors import ProbeError
 if TYPE_CHECKING:
     from probe.apache_kafka.cluster import KafkaCluster
     from probe.apache_kafka.mirror import MirrorMaker2
+    from probe.apache_kafka.tiered import RemoteStore
     from probe.embedded import EmbeddedBroker
     from probe.gameday.faults.proxy import TcpProxy
 
@@ -73,6 +74,8 @@ class LocalTargets:
     mirror: MirrorMaker2 | None = None
     mirror_cluster: KafkaCluster | None = None
     mirrored_topic: str | None = None
+    # With tiered reads on: the cluster's remote store (LocalTieredStorage's directory).
+    remote_store: RemoteStore | None = None
 
     def probe_group_id(self, stage: str = "group") -> str:
         """The group the probe's group stage (or its group_consumer stage, or its share
