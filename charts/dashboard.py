@@ -1207,6 +1207,7 @@ def mirror_and_tiered_row() -> list[AnyPanel]:
     the rows above, stage="mirror"; docs/mirrors.md) and the tiered reads
     (docs/tiered-storage.md), which are no stage and have series of their own."""
     heartbeat = "synthetic_sla_mirror_heartbeat_timestamp_seconds"
+    checkpoint_lag = "synthetic_sla_mirror_checkpoint_lag_records"
     first_record = "synthetic_sla_tiered_first_record_seconds"
     return [
         timeseries(
@@ -1218,7 +1219,23 @@ def mirror_and_tiered_row() -> list[AnyPanel]:
             query(f"time() - max by (target) ({series(heartbeat, TARGET)})", "{{target}}"),
         )
         .id(1302)
-        .span(8)
+        .span(12)
+        .height(8),
+        timeseries(
+            "Mirror checkpoint lag",
+            "Records of the mirrored topic past the offset MirrorMaker 2's newest "
+            "checkpoint translated the probe's group's committed offset to, the worst "
+            "partition: what a consumer group failing over to the target now reads again. "
+            "It grows when checkpoints stop, and MirrorMaker 2's offset syncs (every "
+            "offset.lag.max records) bound how small it gets. Needs the group stage.",
+            "short",
+            query(
+                f"max by (target) ({series(checkpoint_lag, TARGET)})",
+                "{{target}}",
+            ),
+        )
+        .id(1305)
+        .span(12)
         .height(8),
         bars(
             timeseries(
@@ -1240,7 +1257,7 @@ def mirror_and_tiered_row() -> list[AnyPanel]:
             )
         )
         .id(1303)
-        .span(8)
+        .span(12)
         .height(8),
         timeseries(
             "Tiered read: time to first record",
@@ -1251,7 +1268,7 @@ def mirror_and_tiered_row() -> list[AnyPanel]:
             query(quantile(0.99, "target", first_record, TARGET), "p99 {{target}}"),
         )
         .id(1304)
-        .span(8)
+        .span(12)
         .height(8),
     ]
 

@@ -46,8 +46,10 @@ from probe.config import ProbeConfig, StageName
 from probe.config.names import GROUP_STAGES, NOT_PER_BROKER
 from probe.core.errors import ConnectFailure, ProduceFailure, RejectReason, TransactionOutcome
 from probe.core.judge import Anomaly, AnomalyKind, Fate, Finding, Judge, Outcome
+from probe.core.reader_signals import ReaderSignals
 from probe.core.replicas import TopicReplicas, replica_health
 from probe.metrics.group import GroupMetrics
+from probe.metrics.mirror import MirrorMetrics
 from probe.metrics.reconcile import RUN_FAILED, ReconcileSeries
 from probe.metrics.rendered import RenderedGauge
 from probe.metrics.replicas import ReplicaCollector
@@ -133,11 +135,12 @@ class ProbeMetrics:
         ``group_commit_threshold``: the group stage's good commit (a bucket boundary)."""
         buckets = latency_buckets(*latency_thresholds)
         # The series of stages and reads that are opt-in: registered always, labelled
-        # only for a target with the group stages, the transactional stage or tiered
-        # reads on.
-        self.group, self.transactions, self.tiered = (
+        # only for a target with the group stages, the transactional or the mirror stage,
+        # or tiered reads on.
+        self.group, self.transactions, self.mirror, self.tiered = (
             GroupMetrics(registry, commit_buckets=latency_buckets(group_commit_threshold)),
             TransactionMetrics(registry),
+            MirrorMetrics(registry),
             TieredMetrics(registry, threshold=tiered_threshold),
         )
         self._stale_after_s = dict(stale_after_s or {})
@@ -279,16 +282,6 @@ class ProbeMetrics:
             "synthetic_sla_pending_canaries",
             "Canaries acknowledged whose fate is not decided yet.",
             ["target", "stage"],
-            registry=registry,
-        )
-        # The mirror stage's (docs/mirrors.md): a timestamp, not an age, so that a probe
-        # that stopped updating it shows its age growing rather than a frozen value.
-        self.mirror_heartbeat_at = Gauge(
-            "synthetic_sla_mirror_heartbeat_timestamp_seconds",
-            "When MirrorMaker 2 last wrote a heartbeat from mirror.source_alias to the "
-            "mirror stage's cluster (its heartbeats topic), as MirrorMaker 2 stamped it, "
-            "seconds since the epoch; absent until the probe has read one.",
-            ["target"],
             registry=registry,
         )
         self.trace_header_mismatch_counter = Counter(
@@ -529,11 +522,14 @@ class ProbeMetrics:
     def aborted_written(self, target: str) -> None:
         self.transactions.aborted_written.labels(target).inc()
 
-    def unstable_records(self, target: str, gaps: Mapping[int, int]) -> None:
-        self.transactions.unstable_records(target, gaps)
-
-    def mirror_heartbeat(self, target: str, at: float) -> None:
-        self.mirror_heartbeat_at.labels(target).set(at)
+    def reader_signals(self, target: str, signals: ReaderSignals) -> None:
+        """What a stage's reader measured beside its canaries, each signal it has."""
+        if signals.unstable_records is not None:
+            self.transactions.unstable_records(target, signals.unstable_records)
+        if signals.mirror_heartbeat is not None:
+            self.mirror.heartbeat(target, signals.mirror_heartbeat)
+        if signals.checkpoint_lag is not None:
+            self.mirror.checkpoints(target, signals.checkpoint_lag)
 
     def target_replicas(self, target: str, topic: TopicReplicas) -> None:
         """The topic's replica state after a metadata refresh. Every broker listed, or

@@ -33,6 +33,7 @@ from probe.core.judge import (
     StreamKey,
 )
 from probe.core.keys import KeySource
+from probe.core.reader_signals import ReaderSignals
 from probe.core.replicas import TopicReplicas
 from probe.transport import Arrival, Transport
 
@@ -96,9 +97,9 @@ class TargetRecorder(Protocol):
     def aborted_written(self, target: str) -> None:
         """A canary written in an aborted round's transaction."""
 
-    def unstable_records(self, target: str, gaps: Mapping[int, int]) -> None:
-        """Each partition's last stable offset behind its high watermark, in records, as
-        the transactional stage's reader last fetched them."""
+    def reader_signals(self, target: str, signals: ReaderSignals) -> None:
+        """What a stage's reader measured beside its canaries (the transactional
+        stage's unstable records, the mirror stage's heartbeats and checkpoints)."""
 
 
 class RejectLog:

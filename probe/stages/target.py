@@ -378,10 +378,8 @@ class TargetProbe:
             return f"{stage}: {str(exc) or 'timeout'}"
         if not found:
             return f"{stage}: {reader.describe(found)}"
-        if self._metrics is not None and (gaps := reader.unstable_records()) is not None:
-            self._metrics.unstable_records(self.target, gaps)
-        if self._metrics is not None and (beat := reader.mirror_heartbeat()) is not None:
-            self._metrics.mirror_heartbeat(self.target, beat)
+        if self._metrics is not None:
+            self._metrics.reader_signals(self.target, reader.signals())
         problem = reader.read_problem()
         return f"{stage}: {problem}" if problem else ""
 

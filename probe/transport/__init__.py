@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from probe.config import ProbeConfig, StageName, TargetKind
 from probe.core.errors import ConnectFailed, ProduceFailure, TransactionOutcome
 from probe.core.leadership import LeaderPlan
+from probe.core.reader_signals import ReaderSignals
 from probe.core.replicas import TopicReplicas
 
 if TYPE_CHECKING:
@@ -110,15 +111,10 @@ class Transport(Protocol):
         """Why the reader cannot read right now, or None: a fetch that keeps failing
         (records it cannot decode, say), which a covered reader does not show."""
 
-    def unstable_records(self) -> Mapping[int, int] | None:
-        """How many records each partition's last stable offset trails its high
-        watermark (records of transactions still open), as the reader last fetched
-        them; None for a reader that does not read committed records only."""
-
-    def mirror_heartbeat(self) -> float | None:
-        """When MirrorMaker 2 last wrote a heartbeat from the source cluster to the
-        cluster this reader reads (its stamp, seconds since the epoch), for the mirror
-        stage's reader once it has read one; None otherwise."""
+    def signals(self) -> ReaderSignals:
+        """What the reader measures beside its canaries, as it last read it: the
+        transactional stage's unstable records, the mirror stage's heartbeats and
+        checkpoint lag; NO_SIGNALS for a reader that has none."""
 
     def replicas(self) -> TopicReplicas | None:
         """Leaders, replicas and in-sync replicas of the partitions as the last
@@ -260,8 +256,26 @@ class _Kafka:
         from probe.transport.kafka_mirror import MirrorReader  # noqa: PLC0415
 
         kafka = mirror_config(config).kafka
-        alias = config.mirror.source_alias
-        return DeferredReader(lambda: MirrorReader(kafka, alias), kafka.topic, StageName.MIRROR)
+        mirror = config.mirror
+        # The probe's consumer groups on the source, whose checkpoints it follows.
+        groups = [
+            group
+            for stage, group in (
+                (StageName.GROUP, config.group.group_id(config.probe_id)),
+                (
+                    StageName.GROUP_CONSUMER,
+                    config.group.consumer_protocol_group_id(config.probe_id),
+                ),
+            )
+            if stage in config.stages
+        ]
+        return DeferredReader(
+            lambda: MirrorReader(
+                kafka, mirror.source_alias, separator=mirror.separator, groups=groups
+            ),
+            kafka.topic,
+            StageName.MIRROR,
+        )
 
     def reader(self, config: ProbeConfig) -> Transport:
         """A transport that only reads a topic someone else fills (the bridge's)."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from probe.core.errors import ProduceFailure, TransportError
 from probe.core.leadership import LeaderPlan
+from probe.core.reader_signals import NO_SIGNALS, ReaderSignals
 from probe.core.replicas import TopicReplicas
 
 if TYPE_CHECKING:
@@ -115,11 +116,8 @@ class DeferredReader:
     def read_problem(self) -> str | None:
         return None if self._reader is None else self._reader.read_problem()
 
-    def unstable_records(self) -> Mapping[int, int] | None:
-        return None if self._reader is None else self._reader.unstable_records()
-
-    def mirror_heartbeat(self) -> float | None:
-        return None if self._reader is None else self._reader.mirror_heartbeat()
+    def signals(self) -> ReaderSignals:
+        return NO_SIGNALS if self._reader is None else self._reader.signals()
 
     def replicas(self) -> TopicReplicas | None:
         return None if self._reader is None else self._reader.replicas()

@@ -65,6 +65,7 @@ from probe.core.errors import (
 from probe.core.fetch_wait import FetchWait
 from probe.core.leadership import LeaderPlan
 from probe.core.partition_summary import partitions_summary, ranges_summary
+from probe.core.reader_signals import NO_SIGNALS, ReaderSignals
 from probe.core.replicas import TopicReplicas, broker_address, topic_replicas
 from probe.transport import Arrival, kafka_refusals
 from probe.transport.connect_errors import shown
@@ -1211,22 +1212,33 @@ class KafkaTransport:
         if not awaited.payloads:
             del self._awaited[partition]
 
-    def mirror_heartbeat(self) -> float | None:
-        return None  # kafka_mirror.MirrorReader follows them
-
-    def unstable_records(self) -> Mapping[int, int] | None:
-        """For a read_committed reader, from what each lane's consumer last fetched:
-        partitions whose last stable offset is not yet known are left out."""
+    def signals(self) -> ReaderSignals:
+        """A read_committed reader's unstable records (kafka_mirror.MirrorReader adds
+        the mirror's signals)."""
         if not self._read_committed:
-            return None
-        gaps: dict[int, int] = {}
+            return NO_SIGNALS
+        return ReaderSignals(unstable_records=self._unstable_records())
+
+    def _unstable_records(self) -> Mapping[int, int]:
+        """From what each lane's consumer last fetched: partitions whose last stable
+        offset is not yet known are left out."""
+        return {
+            partition: high - stable
+            for partition, (high, stable) in self._fetched_offsets().items()
+            if stable is not None and 0 <= stable <= high
+        }
+
+    def _fetched_offsets(self) -> dict[int, tuple[int, int | None]]:
+        """Each partition's high watermark and last stable offset (None: not known), as
+        its lane's consumer last fetched them; a partition not fetched yet is left out."""
+        found: dict[int, tuple[int, int | None]] = {}
         for lane in self._lanes.values():
             consumer = lane.consumer
             for tp in consumer.assignment():
                 high, stable = consumer.highwater(tp), consumer.last_stable_offset(tp)
-                if isinstance(high, int) and isinstance(stable, int) and 0 <= stable <= high:
-                    gaps[tp.partition] = high - stable
-        return gaps
+                if isinstance(high, int) and high >= 0:
+                    found[tp.partition] = (high, stable if isinstance(stable, int) else None)
+        return found
 
     def read_problem(self) -> str | None:
         """Why records cannot be read right now (the last fetch failed, a broker

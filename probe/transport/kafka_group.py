@@ -51,6 +51,7 @@ from probe.config import KafkaConfig
 from probe.core.errors import CommitFailure, ProduceFailure, TransportError
 from probe.core.leadership import LeaderPlan
 from probe.core.partition_summary import partitions_summary
+from probe.core.reader_signals import NO_SIGNALS, ReaderSignals
 from probe.core.replicas import TopicReplicas
 from probe.transport import Arrival
 from probe.transport.kafka_client import (
@@ -239,11 +240,8 @@ class ReadsOnly:
     ) -> int | None:
         raise TransportError(f"the {self.stage_name} stage's reader never writes")
 
-    def unstable_records(self) -> Mapping[int, int] | None:
-        return None  # it reads uncommitted records
-
-    def mirror_heartbeat(self) -> float | None:
-        return None  # it reads the source cluster
+    def signals(self) -> ReaderSignals:
+        return NO_SIGNALS  # it reads uncommitted records, on the source cluster
 
     def replicas(self) -> TopicReplicas | None:
         return None

@@ -58,6 +58,7 @@ from tenacity import (
 from probe.config import MqttConfig, MqttTlsConfig, parse_mqtt_url
 from probe.core.errors import ProduceFailed, ProduceFailure, TransportError
 from probe.core.leadership import LeaderPlan
+from probe.core.reader_signals import NO_SIGNALS, ReaderSignals
 from probe.transport import Arrival
 from probe.transport.connect_errors import Diagnosis
 from probe.transport.mqtt_connect_errors import listener_problem, refusal
@@ -213,11 +214,8 @@ class MqttTransport:
     async def spread_leaders(self, plan: LeaderPlan) -> list[str]:
         return ["MQTT has no partition leaders"]
 
-    def unstable_records(self) -> Mapping[int, int] | None:
-        return None  # no transactions
-
-    def mirror_heartbeat(self) -> float | None:
-        return None  # no mirror
+    def signals(self) -> ReaderSignals:
+        return NO_SIGNALS  # no transactions, no mirror
 
     def read_problem(self) -> str | None:
         # A lost subscription is what stops reading here, and cover() reports it.

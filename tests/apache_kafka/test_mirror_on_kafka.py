@@ -130,3 +130,75 @@ def test_the_mirror_stage_waits_for_its_cluster_and_alone_loses_what_a_stopped_m
         )
     assert probe.canaries("lost") == 0
     assert sample(probe.metrics(), "synthetic_sla_canaries_total", stage=STAGE) > 0
+
+
+def checkpoint_lag_on_the_cluster(target: str, topic: str, group: str) -> dict[int, int]:
+    """What the target cluster holds, read by an independent client (confluent-kafka):
+    per partition of the mirrored topic, its end less the translated offset of the
+    group's newest checkpoint there."""
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
+
+    from probe.core.mirror_records import checkpoints_topic, read_checkpoint  # noqa: PLC0415
+
+    reader = Consumer({"bootstrap.servers": target, "group.id": "test-reader",
+                       "enable.auto.commit": False})  # fmt: skip
+    try:
+        internal = checkpoints_topic("source")
+        partitions = reader.list_topics(internal, timeout=10).topics[internal].partitions
+        reader.assign([TopicPartition(internal, p, 0) for p in partitions])
+        ends = {p: reader.get_watermark_offsets(TopicPartition(internal, p))[1] for p in partitions}
+        translated: dict[int, int] = {}
+        read = dict.fromkeys(partitions, 0)
+        while any(read[p] < ends[p] for p in partitions):
+            for message in reader.consume(100, timeout=5):
+                if message.error() is None:
+                    read[message.partition()] = message.offset() + 1
+                    found = read_checkpoint(message.key(), message.value())
+                    if found is not None and found.group == group and found.topic == topic:
+                        translated[found.partition] = found.downstream_offset
+        return {
+            p: reader.get_watermark_offsets(TopicPartition(topic, p))[1] - offset
+            for p, offset in translated.items()
+        }
+    finally:
+        reader.close()
+
+
+def test_checkpoint_lag_is_the_mirrored_topics_end_less_the_groups_translated_offset(
+    kafka_cluster: KafkaCluster,
+    target_cluster: KafkaCluster,
+    topic: str,
+    key_file: Path,
+    start_probe: Callable[..., RunningProbe],
+) -> None:
+    source = kafka_cluster.bootstrap_servers
+    target_cluster.start()
+    config = mirror_config(key_file.with_name("probe.yaml"), target_cluster)
+    mirrored = f"source.{topic}"
+    with MirrorMaker2(source, target_cluster.bootstrap_servers,
+                      workdir=key_file.with_name("mm2"), topics=topic):  # fmt: skip
+        probe = start_probe(*run_args(source, topic, key_file), "--config", str(config),
+                            "--stages", f"consumer,group,{STAGE}")  # fmt: skip
+        partitions = len(describe(source, topic))
+
+        def lag() -> dict[str, float]:
+            return {
+                dict(labels)["partition"]: value
+                for (name, labels), value in probe.metrics().items()
+                if name == "synthetic_sla_mirror_checkpoint_lag_records"
+            }
+
+        # MirrorMaker 2 checkpoints the probe's group once it has committed offsets of
+        # a replicated topic: the group stage commits every round.
+        wait_for(lambda: len(lag()) == partitions, timeout=90,
+                 what="a checkpoint lag for every partition")  # fmt: skip
+        # The mirror stopped, the topic's end and the checkpoints stand still: once the
+        # probe has read to the end, its lag is what the cluster holds, exactly.
+        probe_id = "probe-under-test"
+        group = f"synthetic-sla-probe.{probe_id}"
+        wait_for(lambda: probe.canaries("delivered", STAGE) >= 3 * partitions, timeout=60,
+                 what="canaries through the mirror")  # fmt: skip
+    expected = checkpoint_lag_on_the_cluster(target_cluster.bootstrap_servers, mirrored, group)
+    assert sorted(expected) == list(range(partitions))
+    wait_for(lambda: lag() == {str(p): float(n) for p, n in expected.items()}, timeout=30,
+             what=f"the probe's checkpoint lag at {expected}")  # fmt: skip

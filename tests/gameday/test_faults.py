@@ -243,20 +243,22 @@ def test_silent_partition_strips_one_partitions_records_from_fetches(tmp_path: P
 
 
 @pytest.mark.parametrize(
-    ("scenario", "embedded", "mirror"),
+    ("scenario", "embedded", "mirror", "tiered"),
     [
-        ("broker-stop", True, False),
-        ("kafka-broker-stop", False, False),
-        ("mirror-stop", False, True),
+        ("broker-stop", True, False, False),
+        ("kafka-broker-stop", False, False, False),
+        ("mirror-stop", False, True, False),
+        ("tiered-store-unreadable", False, False, True),
     ],
 )
 def test_each_environment_runs_the_brokers_its_scenario_names(
-    tmp_path: Path, scenario: str, embedded: bool, mirror: bool
+    tmp_path: Path, scenario: str, embedded: bool, mirror: bool, tiered: bool
 ) -> None:
     # Built, not started: the embedded broker only for `broker: embedded`, Apache
-    # Kafka's cluster otherwise, and MirrorMaker 2 with its target cluster only for a
-    # probe with the mirror stage (a mirror block once took the embedded broker's
-    # `else` as its own, and every cluster game day ran on the embedded broker too).
+    # Kafka's cluster otherwise, MirrorMaker 2 with its target cluster only for a probe
+    # with the mirror stage, tiered storage only for one with tiered reads (a mirror
+    # block once took the embedded broker's `else` as its own, and every cluster game
+    # day ran on the embedded broker too).
     from probe.gameday.local import LocalEnvironment  # noqa: PLC0415
     from probe.gameday.scenario import load_scenario  # noqa: PLC0415
 
@@ -266,3 +268,26 @@ def test_each_environment_runs_the_brokers_its_scenario_names(
     assert (env.cluster is None) is embedded
     assert (env.mirror is not None) is mirror
     assert (env.mirror_cluster is not None) is mirror
+    # Tiered storage's remote store, and the jar set with its storage manager, only for
+    # a probe with tiered reads.
+    assert (env.remote_store is not None) is tiered
+    assert (env.targets.remote_store is not None) is tiered
+    if env.cluster is not None:
+        assert (env.cluster.release == "tiered") is tiered
+
+
+def test_the_remote_store_fault_lets_no_read_or_copy_through_and_heals_as_it_was(
+    tmp_path: Path,
+) -> None:
+    from probe.apache_kafka.tiered import RemoteStore  # noqa: PLC0415
+
+    store = RemoteStore(tmp_path / "remote")
+    segment = tmp_path / "remote" / "kafka-tiered-storage" / "t-0-id" / "00000.log"
+    segment.parent.mkdir(parents=True)
+    segment.write_bytes(b"records")
+    store.make_unreadable()
+    # LocalTieredStorage reads and writes under this path: a file there fails both.
+    assert not segment.exists()
+    assert (tmp_path / "remote" / "kafka-tiered-storage").is_file()
+    store.restore()
+    assert segment.read_bytes() == b"records"
