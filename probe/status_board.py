@@ -100,7 +100,7 @@ _ANOMALIES, _INVALID = 5, 6
 @dataclass(frozen=True, slots=True)
 class Objectives:
     """The SLO objectives (config ``slo``) and, per stage name, the latency threshold
-    of its latency SLI (``metrics.latency_threshold``; the sink's own)."""
+    of its latency SLI (``metrics.latency_threshold``; the sink's and the mirror's own)."""
 
     availability: float = 0.999
     latency: float = 0.99
@@ -113,7 +113,10 @@ class Objectives:
             availability=config.slo.availability_objective,
             latency=config.slo.latency_objective,
             latency_threshold_s=config.metrics.latency_threshold,
-            stage_latency_threshold_s={StageName.SINK: config.sink.latency_threshold},
+            stage_latency_threshold_s={
+                stage: config.latency_threshold(stage)
+                for stage in (StageName.SINK, StageName.MIRROR)
+            },
         )
 
     def threshold_s(self, stage: str) -> float:

@@ -587,6 +587,20 @@ def test_latency_threshold_and_objectives_follow_the_slo(tmp_path: Path) -> None
     assert (config.slo.availability_objective, config.slo.latency_objective) == (0.9995, 0.95)
 
 
+def test_the_mirror_stage_runs_with_the_rules_threshold(tmp_path: Path) -> None:
+    values = {"config": {**MINIMAL["config"], "stages": "consumer,mirror",
+                         "mirror": {"bootstrap_servers": "dr-kafka:9092"}}}  # fmt: skip
+    config = probe_config.load(_config_file(render(values), tmp_path))
+    # Unset, it is thresholdSeconds; set, the mirror stage's histogram has its bucket.
+    assert config.latency_threshold("mirror") == config.metrics.latency_threshold == 0.5
+    mirror = {"latency": {"objective": 0.99, "thresholdSeconds": 0.5,
+                          "mirrorThresholdSeconds": 2, "sinkThresholdSeconds": 5}}  # fmt: skip
+    config = probe_config.load(_config_file(render({**values, "slo": mirror}), tmp_path))
+    assert config.mirror.latency_threshold == 2.0
+    assert config.mirror.bootstrap_servers == "dr-kafka:9092"
+    assert config.latency_threshold("consumer") == 0.5
+
+
 def test_the_group_stage_runs_with_the_rules_commit_slo(tmp_path: Path) -> None:
     values = {
         "config": {**MINIMAL["config"], "stages": "consumer, group"},

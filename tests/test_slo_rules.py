@@ -270,6 +270,56 @@ def test_latency_sli_reads_a_whole_second_threshold_in_both_bucket_forms(
     assert 'le=~"1(\\\\.0)?"' in rules.read_text()
 
 
+def test_the_mirror_stage_reads_its_latency_at_its_own_threshold(tmp_path: Path) -> None:
+    """A mirror across regions is promised more than the local stages: its bucket is
+    read where slo.latency.mirrorThresholdSeconds says, every other stage's where
+    thresholdSeconds does."""
+    rules = tmp_path / "mirror-2s.rules.yml"
+    latency = {"objective": 0.99, "thresholdSeconds": 0.5, "mirrorThresholdSeconds": 2}
+    rules.write_text(render_rules.plain_rules_text({"slo": {"latency": latency}}))
+    sli = "target_stage:synthetic_sla_latency:ratio_rate5m"
+
+    def stage_series(stage: str) -> list[dict[str, str]]:
+        labels = f'target="kafka",stage="{stage}"'
+        bucket = "synthetic_sla_e2e_latency_seconds_bucket"
+        # A minute's 10 arrivals: 3 within 0.5 s, 5 within 2 s.
+        return [
+            {"series": f'{bucket}{{{labels},le="0.5"}}', "values": "0+3x30"},
+            {"series": f'{bucket}{{{labels},le="2.0"}}', "values": "0+5x30"},
+            {"series": f"synthetic_sla_e2e_latency_seconds_count{{{labels}}}", "values": "0+10x30"},
+        ]
+
+    case = {
+        "name": "each stage at its threshold",
+        "interval": "1m",
+        "input_series": stage_series("consumer") + stage_series("mirror"),
+        "promql_expr_test": [
+            {
+                "expr": sli,
+                "eval_time": "30m",
+                "exp_samples": [
+                    {"labels": f'{sli}{{target="kafka",stage="consumer"}}', "value": 0.3},
+                    {"labels": f'{sli}{{target="kafka",stage="mirror"}}', "value": 0.5},
+                ],
+            }
+        ],
+    }
+    unit_test = tmp_path / "mirror-2s.test.yml"
+    unit_test.write_text(
+        yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": [case]})
+    )
+    result = subprocess.run(
+        [_tool("promtool"), "test", "rules", str(unit_test)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The burn alerts say so, where it differs from the default.
+    assert "the Spark sink 5s; the mirror 2s)" in rules.read_text()
+    assert "; the mirror" not in render_rules.plain_rules_text({})
+
+
 def test_values_reach_the_thresholds() -> None:
     values = {
         "config": {"interval": 30},

@@ -153,6 +153,16 @@ class ProbeConfig(_Section):
     tiered: TieredConfig = TieredConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
 
+    def latency_threshold(self, stage: str) -> float:
+        """The threshold of a stage's latency SLI, where the probe puts a bucket of its
+        histogram: the sink's and the mirror's own, every other stage's
+        metrics.latency_threshold."""
+        if stage == StageName.SINK:
+            return self.sink.latency_threshold
+        if stage == StageName.MIRROR and self.mirror.latency_threshold is not None:
+            return self.mirror.latency_threshold
+        return self.metrics.latency_threshold
+
     @field_validator("stages", mode="before")
     @classmethod
     def _kafka_stages(cls, stages: object) -> object:

@@ -16,6 +16,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import AfterValidator, Field
 
 from probe.config.base import _Section
+from probe.config.durations import HOUR, Duration, _between
 from probe.config.kafka import KafkaTopic, SaslConfig, TlsConfig, _broker_list
 
 
@@ -51,6 +52,10 @@ class MirrorConfig(_Section):
     # The mirrored topic's name, where a custom policy names it otherwise; None: as the
     # policy names it.
     topic: KafkaTopic | None = None
+    # The mirror stage's latency SLI threshold (replication latency); None: the
+    # metrics.latency_threshold every other stage but the sink has. A mirror across
+    # regions adds the link's round trips and MirrorMaker 2's batching.
+    latency_threshold: Annotated[Duration | None, _between(0.001, HOUR)] = None
 
     def mirrored_topic(self, source_topic: str) -> str:
         """The name the canary topic has on the target cluster.

@@ -614,7 +614,9 @@ def service_metrics(
     registry = served_registry()
     thresholds: tuple[float, ...] = (config.metrics.latency_threshold, config.judge.freshness)
     if StageName.SINK in config.stages if sink is None else sink:
-        thresholds += (config.sink.freshness, config.sink.latency_threshold)
+        thresholds += (config.sink.freshness, config.latency_threshold(StageName.SINK))
+    if StageName.MIRROR in config.stages:
+        thresholds += (config.latency_threshold(StageName.MIRROR),)
     judged_here = stale_after(config.interval, config.judge.freshness)
     stale_after_s = {str(stage): judged_here for stage in StageName}
     stale_after_s[StageName.SINK] = stale_after(config.interval, config.sink.freshness)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, push_to_gateway
 
-from probe.config import ProbeConfig, PushGatewayConfig
+from probe.config import ProbeConfig, PushGatewayConfig, StageName
 from probe.core.judge import Outcome
 from probe.metrics import SmokeSeries, latency_buckets
 from probe.services.report import Report, Tally
@@ -122,8 +122,9 @@ def push_report(
     settings = config.once.push_gateway
     if settings is None:
         return []
-    thresholds = [config.metrics.latency_threshold, config.judge.freshness]
-    buckets = latency_buckets(*thresholds, config.sink.latency_threshold)
+    buckets = latency_buckets(
+        *(config.latency_threshold(stage) for stage in StageName), config.judge.freshness
+    )
     try:
         send = handler(settings)
     except (OSError, ssl.SSLError, ValueError) as exc:

@@ -112,8 +112,9 @@ config.mqtt.target (default "mqtt") when an MQTT broker is probed (config.mqtt.u
 The settings every config file of the release shares: the user's `config` with the
 settings the chart owns laid over it, put into .out.config (a dict, so numbers keep
 their types). The metrics section is the chart's: the port must match the container
-port and the Service, and latency_threshold (sink.latency_threshold for the Spark sink)
-must be the SLO threshold the rules read a bucket at, and slo's objectives the rules'
+port and the Service, and latency_threshold (sink.latency_threshold for the Spark sink,
+mirror.latency_threshold for the mirror stage) must be the SLO threshold the rules read
+a bucket at, and slo's objectives the rules'
 (the status page's budgets); so are group.commit_latency_threshold and
 group.commit_latency_objective (slo.groupCommit), and tiered.threshold
 (alerts.tieredReadsSlow.thresholdSeconds). group.id "" is left out (the probe
@@ -145,6 +146,8 @@ threshold (the skew SLO's) is twice of unless config.sink.skew_threshold sets it
 {{- end -}}
 {{- $_ := set $config "metrics" (mergeOverwrite (dig "metrics" (dict) $config) $metrics) -}}
 {{- $_ := set $config "sink" (mergeOverwrite (dig "sink" (dict) $config) (dict "latency_threshold" $values.slo.latency.sinkThresholdSeconds)) -}}
+{{- $mirrorThreshold := $values.slo.latency.mirrorThresholdSeconds | default $values.slo.latency.thresholdSeconds -}}
+{{- $_ := set $config "mirror" (mergeOverwrite (dig "mirror" (dict) $config) (dict "latency_threshold" $mirrorThreshold)) -}}
 {{- /* The status page counts budgets against the objectives the rules alert on. */ -}}
 {{- $objectives := dict "availability_objective" $values.slo.availability.objective "latency_objective" $values.slo.latency.objective -}}
 {{- $_ := set $config "slo" (mergeOverwrite (dig "slo" (dict) $config) $objectives) -}}

@@ -11,7 +11,8 @@ Availability: canaries delivered over all outcomes (delivered, late, lost,
 produce_failed), of counter synthetic_sla_canaries_total; its bad events are every other
 outcome. Latency: arrived canaries within the stage's threshold, the histogram's bucket
 at that bound over its count; the Spark sink (a micro-batch stage) has a threshold of
-its own. The probe's metrics put a bucket on each threshold (metrics.latency_threshold,
+its own, and so has the mirror stage (replication latency; slo.latency's
+mirrorThresholdSeconds, thresholdSeconds unless set). The probe's metrics put a bucket on each threshold (metrics.latency_threshold,
 sink.latency_threshold), so the good events are one bucket. The group stage's offset
 commits have a threshold too (slo.groupCommit.thresholdSeconds, the probe's
 group.commit_latency_threshold), read the same way off the commit histogram by the
@@ -25,7 +26,8 @@ the probe's tiered.threshold) off their first-record histogram:
 {{- define "synthetic-sla-probe.sloDefinitions" -}}
 {{- $slo := .Values.slo -}}
 {{- $thresholds := dict -}}
-{{- range $name, $seconds := dict "default" $slo.latency.thresholdSeconds "sink" $slo.latency.sinkThresholdSeconds "groupCommit" $slo.groupCommit.thresholdSeconds "tiered" $.Values.alerts.tieredReadsSlow.thresholdSeconds -}}
+{{- $mirrorSeconds := $slo.latency.mirrorThresholdSeconds | default $slo.latency.thresholdSeconds -}}
+{{- range $name, $seconds := dict "default" $slo.latency.thresholdSeconds "sink" $slo.latency.sinkThresholdSeconds "mirror" $mirrorSeconds "groupCommit" $slo.groupCommit.thresholdSeconds "tiered" $.Values.alerts.tieredReadsSlow.thresholdSeconds -}}
 {{- $text := $seconds | toString -}}
 {{- $le := $text -}}
 {{- if not (regexMatch "[.eE]" $text) -}}
@@ -55,7 +57,7 @@ chart's own rules need no list: they group by the stage label.
 {{- end -}}
 {{- $objectives := list -}}
 {{- range $stage := $stages -}}
-{{- $threshold := index $thresholds (ternary "sink" "default" (eq $stage "sink")) -}}
+{{- $threshold := index $thresholds (ternary $stage "default" (has $stage (list "sink" "mirror"))) -}}
 {{- $objectives = append $objectives (dict
   "stage" $stage "sli" "availability" "name" (printf "%s-availability" $stage)
   "objective" $slo.availability.objective

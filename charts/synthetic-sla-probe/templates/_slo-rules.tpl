@@ -43,8 +43,16 @@ under Prometheus 2 and 3 and from Go or Python clients.
 {{- $defs := include "synthetic-sla-probe.sloDefinitions" . | fromYaml -}}
 {{- $threshold := $defs.thresholds.default.seconds -}}
 {{- $sinkThreshold := $defs.thresholds.sink.seconds -}}
+{{- /* The mirror stage's threshold is said only where it differs from the default. */ -}}
+{{- $mirrorSays := "" -}}
+{{- $mirrorMeans := "" -}}
+{{- if ne (toString $defs.thresholds.mirror.seconds) (toString $threshold) -}}
+{{- $mirrorSays = printf "; the mirror %vs" $defs.thresholds.mirror.seconds -}}
+{{- $mirrorMeans = printf ", %vs in the mirror stage" $defs.thresholds.mirror.seconds -}}
+{{- end -}}
 {{- $le := $defs.thresholds.default.leMatch -}}
 {{- $sinkLe := $defs.thresholds.sink.leMatch -}}
+{{- $mirrorLe := $defs.thresholds.mirror.leMatch -}}
 {{- $commitThreshold := $defs.thresholds.groupCommit.seconds -}}
 {{- $commitLe := $defs.thresholds.groupCommit.leMatch -}}
 {{- $tieredLe := $defs.thresholds.tiered.leMatch -}}
@@ -83,8 +91,8 @@ it is named here for the alert's text only.
     "budget" "latency"
     "alert" "SyntheticSlaLatencyBudgetBurn"
     "objective" $defs.latencyObjective
-    "summary" (printf "canaries slower than the latency threshold (%vs; the Spark sink %vs) exhaust the latency error budget" $threshold $sinkThreshold)
-    "meaning" (printf "of arrived canaries within %vs, or %vs in the Spark sink stage (objective %v)" $threshold $sinkThreshold $defs.latencyObjective)) $stageSubject)
+    "summary" (printf "canaries slower than the latency threshold (%vs; the Spark sink %vs%s) exhaust the latency error budget" $threshold $sinkThreshold $mirrorSays)
+    "meaning" (printf "of arrived canaries within %vs, or %vs in the Spark sink stage%s (objective %v)" $threshold $sinkThreshold $mirrorMeans $defs.latencyObjective)) $stageSubject)
   (dict
     "name" "watermark_skew"
     "budget" "watermark-skew"
@@ -134,8 +142,8 @@ groups:
       # Availability: delivered canaries over all outcomes (delivered, late, lost,
       # produce_failed). Latency: arrived canaries at or under the stage's threshold,
       # read off its histogram bucket, over all arrived canaries. The Spark sink is a
-      # micro-batch stage with a threshold of its own: both buckets exist only where
-      # the probe runs that stage, so each stage's series comes from one side of `or`.
+      # micro-batch stage with a threshold of its own, and the mirror stage has one
+      # (replication latency): each stage's series comes from one side of `or`.
       {{- range $window := $windows }}
       - record: target_stage:synthetic_sla_availability:ratio_rate{{ $window }}
         expr: |-
@@ -145,9 +153,11 @@ groups:
       - record: target_stage:synthetic_sla_latency:ratio_rate{{ $window }}
         expr: |-
           (
-            sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{ {{- $and }}stage!="sink",le=~"{{ $le }}"}[{{ $window }}]))
+            sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{ {{- $and }}stage!~"sink|mirror",le=~"{{ $le }}"}[{{ $window }}]))
             or
             sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{ {{- $and }}stage="sink",le=~"{{ $sinkLe }}"}[{{ $window }}]))
+            or
+            sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_bucket{ {{- $and }}stage="mirror",le=~"{{ $mirrorLe }}"}[{{ $window }}]))
           )
           /
           sum by (target, stage) (rate(synthetic_sla_e2e_latency_seconds_count{{ $in }}[{{ $window }}]))
