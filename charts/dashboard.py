@@ -1226,8 +1226,9 @@ def mirror_and_tiered_row() -> list[AnyPanel]:
             "Records of the mirrored topic past the offset MirrorMaker 2's newest "
             "checkpoint translated the probe's group's committed offset to, the worst "
             "partition: what a consumer group failing over to the target now reads again. "
-            "It grows when checkpoints stop, and MirrorMaker 2's offset syncs (every "
-            "offset.lag.max records) bound how small it gets. Needs the group stage.",
+            "It grows when checkpoints stop while the topic is copied; on a busy topic "
+            "MirrorMaker 2's offset syncs (every offset.lag.max records) bound how small "
+            "it gets. Needs the group stage.",
             "short",
             query(
                 f"max by (target) ({series(checkpoint_lag, TARGET)})",

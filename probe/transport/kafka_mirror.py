@@ -15,8 +15,8 @@ them when its connectors start).
   stages'), the newest checkpoint's translated offset per partition of the mirrored
   topic, against the topic's end on the target: the records a consumer of the group
   failing over now would read again (checkpoint lag). MirrorMaker 2 translates offsets
-  through its offset syncs, which it writes every ``offset.lag.max`` records (100 by
-  default): the lag is at least what its translation loses.
+  through its offset syncs (every ``offset.lag.max`` records, and at its tasks'
+  commits): on a busy topic the lag is at least the gap between two syncs.
 
 Where a topic cannot be read (no Read ACL, heartbeats or checkpoints turned off), that
 is said once and the stage judges on without it.

@@ -175,30 +175,46 @@ def test_checkpoint_lag_is_the_mirrored_topics_end_less_the_groups_translated_of
     target_cluster.start()
     config = mirror_config(key_file.with_name("probe.yaml"), target_cluster)
     mirrored = f"source.{topic}"
-    with MirrorMaker2(source, target_cluster.bootstrap_servers,
-                      workdir=key_file.with_name("mm2"), topics=topic):  # fmt: skip
+    group = "synthetic-sla-probe.probe-under-test"  # the group stage's, of its probe id
+    partitions = 0
+
+    def lag() -> dict[str, float]:
+        return {
+            dict(labels)["partition"]: value
+            for (name, labels), value in probe.metrics().items()
+            if name == "synthetic_sla_mirror_checkpoint_lag_records"
+        }
+
+    def mirror(**settings: str) -> MirrorMaker2:
+        return MirrorMaker2(source, target_cluster.bootstrap_servers, topics=topic,
+                            workdir=key_file.with_name(f"mm2-{len(settings)}"),
+                            settings=settings)  # fmt: skip
+
+    with mirror():
         probe = start_probe(*run_args(source, topic, key_file), "--config", str(config),
                             "--stages", f"consumer,group,{STAGE}")  # fmt: skip
         partitions = len(describe(source, topic))
-
-        def lag() -> dict[str, float]:
-            return {
-                dict(labels)["partition"]: value
-                for (name, labels), value in probe.metrics().items()
-                if name == "synthetic_sla_mirror_checkpoint_lag_records"
-            }
-
         # MirrorMaker 2 checkpoints the probe's group once it has committed offsets of
         # a replicated topic: the group stage commits every round.
         wait_for(lambda: len(lag()) == partitions, timeout=90,
                  what="a checkpoint lag for every partition")  # fmt: skip
-        # The mirror stopped, the topic's end and the checkpoints stand still: once the
-        # probe has read to the end, its lag is what the cluster holds, exactly.
-        probe_id = "probe-under-test"
-        group = f"synthetic-sla-probe.{probe_id}"
-        wait_for(lambda: probe.canaries("delivered", STAGE) >= 3 * partitions, timeout=60,
-                 what="canaries through the mirror")  # fmt: skip
+    # Copying on without checkpointing (its checkpoint connector off): the mirrored
+    # topic grows past the group's last translated offset. The new worker runs the
+    # checkpoint task it finds in its cluster's stored configuration until it has
+    # read its own: counted from when it says it stopped it.
+    uncheckpointed = mirror(**{"emit.checkpoints.enabled": "false"})
+    with uncheckpointed:
+        log = uncheckpointed.workdir / "mirrormaker.log"
+        wait_for(lambda: "can't run with emit.checkpoints.enabled set to false"
+                 in log.read_text(errors="replace"), timeout=60,
+                 what="the checkpoint connector stopped")  # fmt: skip
+        delivered = probe.canaries("delivered", STAGE)
+        wait_for(lambda: probe.canaries("delivered", STAGE) >= delivered + 3 * partitions,
+                 timeout=90, what="canaries copied without checkpoints")  # fmt: skip
+    # The mirror stopped, the topic's end and the checkpoints stand still: once the
+    # probe has read to the end, its lag is what the cluster holds, exactly.
     expected = checkpoint_lag_on_the_cluster(target_cluster.bootstrap_servers, mirrored, group)
     assert sorted(expected) == list(range(partitions))
+    assert all(records > 0 for records in expected.values()), expected
     wait_for(lambda: lag() == {str(p): float(n) for p, n in expected.items()}, timeout=30,
              what=f"the probe's checkpoint lag at {expected}")  # fmt: skip
