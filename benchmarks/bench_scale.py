@@ -127,6 +127,9 @@ WANTED = (
     "synthetic_sla_canaries_total{",
     "synthetic_sla_e2e_latency_seconds_bucket{",
     "synthetic_sla_pending_canaries{",
+    # bench_tiered's: the tiered reads and their first record.
+    "synthetic_sla_tiered_reads_total{",
+    "synthetic_sla_tiered_first_record_seconds_bucket{",
 )
 SAMPLE = re.compile(r"(\w+)\{(.*)\} (\S+)$")
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

@@ -102,7 +102,11 @@ def main() -> None:
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
             try:
-                wait_until(lambda: served(port) > 0, options.age + 120, "a tiered read served")
+                try:
+                    wait_until(lambda: served(port) > 0, options.age + 120, "a tiered read served")
+                except BaseException:
+                    print((work / "probe.log").read_text(errors="replace")[-3000:])
+                    raise
                 before = scrape(port)[0]
                 time.sleep(options.window)
                 after = scrape(port)[0]
