@@ -239,6 +239,10 @@ DURATION_BOUNDS = [
     ("group.commit_latency_threshold", "1ms", "1m", "500ms"),
     ("group.fetch_max_wait", "1ms", "10s", "100ms"),
     ("transactions.timeout", "1s", "15m", "1m"),
+    ("tiered.age", "1s", "720h", "1h"),
+    ("tiered.every", "1s", "24h", "1m"),
+    ("tiered.timeout", "1s", "10m", "30s"),
+    ("tiered.threshold", "10ms", "10m", "5s"),
 ]
 
 
