@@ -56,9 +56,11 @@ def test_the_pom_pins_a_newest_release_with_share_groups_and_a_previous_4_0_or_4
     monkeypatch.setenv("SLA_PROBE_KAFKA_LIBS", str(tmp_path))
     dirs = {kafka_cluster.libs_dir(r) for r in kafka_cluster.RELEASES}
     mirror = kafka_cluster.kafka_version(kafka_cluster.MIRROR)
+    tiered = kafka_cluster.kafka_version(kafka_cluster.TIERED)
     assert dirs == {
         tmp_path / f"apache-kafka-{newest}",
         tmp_path / f"apache-kafka-{previous}",
         tmp_path / f"mirrormaker2-{mirror}",
+        tmp_path / f"tiered-storage-{tiered}",
     }
     assert not kafka_cluster.installed(release=kafka_cluster.PREVIOUS)
