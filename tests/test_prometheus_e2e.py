@@ -83,12 +83,14 @@ def test_prometheus_measures_the_slo_of_a_running_probe(
     # about the consumer stage have data.
     for query in dashboard_queries():
         prometheus.query(query)  # valid PromQL, data or not
-        # The Spark stage, the group stage and reconciliation are not running here:
-        # their panels have no data (the group stage's series reach a real Prometheus
-        # in the rules' promtool tests; tests/apache_kafka checks them against Kafka).
-        # Rule groups are evaluated each on its own schedule: a panel reading another
-        # group's rules may get its first data an evaluation later.
-        idle = ("spark", "watermark", "reconciliation", "synthetic_sla_group_")
+        # The Spark stage, the group stage, the mirror stage, tiered reads and
+        # reconciliation are not running here: their panels have no data (their series
+        # reach a real Prometheus in the rules' promtool tests; tests/apache_kafka
+        # checks them against Kafka). Rule groups are evaluated each on its own
+        # schedule: a panel reading another group's rules may get its first data an
+        # evaluation later.
+        idle = ("spark", "watermark", "reconciliation", "synthetic_sla_group_",
+                "synthetic_sla_mirror_", "synthetic_sla_tiered_")  # fmt: skip
         if not any(word in query for word in idle):
             wait_for(lambda q=query: prometheus.query(q), timeout=15, what=f"data for {query}")
 
