@@ -8,6 +8,8 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from probe.metrics.per_partition import PerPartition
+
 
 class MirrorMetrics:
     """The mirror stage's series on the probe's registry."""
@@ -33,16 +35,11 @@ class MirrorMetrics:
             ["target", "partition"],
             registry=registry,
         )
-        self._lag_partitions: dict[str, set[str]] = {}
+        self._lag_by_partition = PerPartition(self.checkpoint_lag)
 
     def heartbeat(self, target: str, at: float) -> None:
         self.heartbeat_at.labels(target).set(at)
 
     def checkpoints(self, target: str, lag: Mapping[int, int]) -> None:
         """Each partition's lag; a partition no longer checkpointed loses its series."""
-        now = {str(partition) for partition in lag}
-        for gone in self._lag_partitions.get(target, set()) - now:
-            self.checkpoint_lag.remove(target, gone)
-        for partition, records in lag.items():
-            self.checkpoint_lag.labels(target, str(partition)).set(records)
-        self._lag_partitions[target] = now
+        self._lag_by_partition.set_all(target, lag)

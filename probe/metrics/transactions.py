@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from probe.core.errors import TransactionOutcome
+from probe.metrics.per_partition import PerPartition
 
 
 class TransactionMetrics:
@@ -45,7 +46,7 @@ class TransactionMetrics:
             ["target", "partition"],
             registry=registry,
         )
-        self._unstable_partitions: dict[str, set[str]] = {}
+        self._unstable_by_partition = PerPartition(self.unstable)
 
     def declare(self, target: str) -> None:
         for outcome in TransactionOutcome:
@@ -57,9 +58,4 @@ class TransactionMetrics:
 
     def unstable_records(self, target: str, gaps: Mapping[int, int]) -> None:
         """Each partition's gap; a partition no longer read loses its series."""
-        now = {str(partition) for partition in gaps}
-        for gone in self._unstable_partitions.get(target, set()) - now:
-            self.unstable.remove(target, gone)
-        for partition, records in gaps.items():
-            self.unstable.labels(target, str(partition)).set(records)
-        self._unstable_partitions[target] = now
+        self._unstable_by_partition.set_all(target, gaps)
