@@ -222,6 +222,21 @@ def test_two_releases_rules_keep_to_their_own_targets_and_objectives(tmp_path: P
     assert "synthetic_sla:objective:ratio" in said, said
 
 
+def _pass_promtool_tests(rules: Path, tests: list[dict[str, Any]]) -> None:
+    """Run these promtool unit tests of a rules file (beside it) and assert they pass."""
+    unit_test = rules.with_suffix(".test.yml")
+    unit_test.write_text(
+        yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": tests})
+    )
+    result = subprocess.run(
+        [_tool("promtool"), "test", "rules", str(unit_test)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_latency_sli_reads_a_whole_second_threshold_in_both_bucket_forms(
     tmp_path: Path,
 ) -> None:
@@ -256,17 +271,7 @@ def test_latency_sli_reads_a_whole_second_threshold_in_both_bucket_forms(
         }
         for le in ("1", "1.0")
     ]
-    unit_test = tmp_path / "threshold-1s.test.yml"
-    unit_test.write_text(
-        yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": cases})
-    )
-    result = subprocess.run(
-        [_tool("promtool"), "test", "rules", str(unit_test)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _pass_promtool_tests(rules, cases)
     assert 'le=~"1(\\\\.0)?"' in rules.read_text()
 
 
@@ -304,17 +309,7 @@ def test_the_mirror_stage_reads_its_latency_at_its_own_threshold(tmp_path: Path)
             }
         ],
     }
-    unit_test = tmp_path / "mirror-2s.test.yml"
-    unit_test.write_text(
-        yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": [case]})
-    )
-    result = subprocess.run(
-        [_tool("promtool"), "test", "rules", str(unit_test)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _pass_promtool_tests(rules, [case])
     # The burn alerts say so, where it differs from the default.
     assert "the Spark sink 5s; the mirror 2s)" in rules.read_text()
     assert "; the mirror" not in render_rules.plain_rules_text({})

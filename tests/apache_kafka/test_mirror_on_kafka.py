@@ -176,7 +176,6 @@ def test_checkpoint_lag_is_the_mirrored_topics_end_less_the_groups_translated_of
     config = mirror_config(key_file.with_name("probe.yaml"), target_cluster)
     mirrored = f"source.{topic}"
     group = "synthetic-sla-probe.probe-under-test"  # the group stage's, of its probe id
-    partitions = 0
 
     def lag() -> dict[str, float]:
         return {
