@@ -39,14 +39,18 @@ TOPIC = "synthetic-sla"
 STAGES = ("consumer", "mirror")
 
 
-def create_topic(servers: str, partitions: int) -> None:
+def create_topic(
+    servers: str, partitions: int, replication: int = 3, settings: dict[str, str] | None = None
+) -> None:
+    """The canary topic, with these settings of its own (bench_tiered's too)."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: PLC0415
 
     async def create() -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=servers)
         await admin.start()
         try:
-            await admin.create_topics([NewTopic(TOPIC, partitions, 3)])
+            topic = NewTopic(TOPIC, partitions, replication, topic_configs=settings or {})
+            await admin.create_topics([topic])
         finally:
             await admin.close()
 

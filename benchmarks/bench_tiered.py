@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_mirror import TOPIC, create_topic
 from bench_scale import latency_buckets, quantile, scrape, total, wait_until
 
 from probe.apache_kafka.cluster import TIERED, KafkaCluster
@@ -36,25 +37,11 @@ from probe.embedded import free_loopback_port
 from probe.transport.kafka_admin import ClusterAdmin
 
 SLA_PROBE = Path(sys.executable).with_name("sla-probe")
-TOPIC = "synthetic-sla"
 READS = "synthetic_sla_tiered_reads_total"
 
 
 def create_tiered_topic(servers: str, partitions: int) -> None:
-    import asyncio  # noqa: PLC0415
-
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: PLC0415
-
-    async def create() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=servers)
-        await admin.start()
-        try:
-            tiered = NewTopic(TOPIC, partitions, 1, topic_configs=TOPIC_SETTINGS)
-            await admin.create_topics([tiered])
-        finally:
-            await admin.close()
-
-    asyncio.run(create())
+    create_topic(servers, partitions, 1, TOPIC_SETTINGS)
     with ClusterAdmin(servers) as admin:
         assert admin.topic_setting(TOPIC, "remote.storage.enable") == "true"
 
